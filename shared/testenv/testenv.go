@@ -1,0 +1,86 @@
+// Package testenv starts envtest (a real kube-apiserver and etcd, built by `make tools`) with
+// modelplane's CRDs, for integration tests of every module.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Env is a running envtest control plane.
+type Env struct {
+	*envtest.Environment
+	// Config is the admin configuration (system:masters).
+	Config *rest.Config
+}
+
+// Start starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS (set by the Makefile to
+// bin/) with the ModelAdapter CRD from deploy/crds and the CRDs in extraCRDDirs installed.
+func Start(extraCRDDirs ...string) (*Env, error) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run the tests with `make test` (it builds kube-apiserver and etcd into bin/), or use -short to skip integration tests")
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			return nil, fmt.Errorf("%s not found in KUBEBUILDER_ASSETS=%s: run `make tools`", b, assets)
+		}
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     append([]string{filepath.Join(root, "deploy", "crds")}, extraCRDDirs...),
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	return &Env{Environment: env, Config: cfg}, nil
+}
+
+// RepoRoot is the directory holding go.work, found from the working directory upwards.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.work not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ModuleDir is the directory of a module the calling module depends on (from the module
+// cache), e.g. to install the Gateway API CRDs that ship in sigs.k8s.io/gateway-api.
+func ModuleDir(module string) (string, error) {
+	out, err := exec.CommandContext(context.Background(), "go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	if err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return "", fmt.Errorf("go list -m %s: %w: %s", module, err, exitErr.Stderr)
+		}
+		return "", fmt.Errorf("go list -m %s: %w", module, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("module %s is not in the module cache", module)
+	}
+	return dir, nil
+}

@@ -1,0 +1,142 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/modelplane/modelplane/shared/version"
+)
+
+// processStart is when this process started; the startup metric measures from it.
+var processStart = time.Now()
+
+// Config is what each binary adds to the shared options.
+type Config struct {
+	// Controller names the binary in logs, metrics and the leader election lease.
+	Controller string
+	// Scheme holds every type the binary reads or writes.
+	Scheme *runtime.Scheme
+	// ByObject scopes or trims individual caches, e.g. Pods by label selector.
+	ByObject map[client.Object]cache.ByObject
+	// RESTConfig overrides the kubeconfig lookup (tests).
+	RESTConfig *rest.Config
+}
+
+// App is a manager behind a sync gate.
+type App struct {
+	// Manager is the gated manager to set controllers up on.
+	Manager manager.Manager
+	// Gate is the sync gate; register every resource the controllers read before Run.
+	Gate *syncgate.Gate
+}
+
+// New builds the manager and its gate from validated options. Nothing here talks to the
+// API server or blocks.
+func New(o *Options, c Config) (*App, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid options: %w", err)
+	}
+	logger := klog.NewKlogr()
+	ctrl.SetLogger(logger)
+
+	cfg := c.RESTConfig
+	if cfg == nil {
+		var err error
+		if cfg, err = restConfig(o.Kubeconfig); err != nil {
+			return nil, err
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS = float32(o.QPS)
+	cfg.Burst = o.Burst
+	cfg.UserAgent = c.Controller + "/" + version.Version
+
+	cacheOpts := cache.Options{
+		DefaultTransform:            cache.TransformStripManagedFields(),
+		ByObject:                    maps.Clone(c.ByObject),
+		ReaderFailOnMissingInformer: true,
+	}
+	if len(o.WatchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.WatchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
+	if o.MetricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	gate, err := syncgate.New(syncgate.Options{
+		Controller:   c.Controller,
+		Timeout:      o.CacheSyncTimeout,
+		ProcessStart: processStart,
+	})
+	if err != nil {
+		return nil, err
+	}
+	shutdown := o.GracefulShutdownTimeout
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewCache:                gate.NewCache,
+		Scheme:                  c.Scheme,
+		Logger:                  logger,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		PprofBindAddress:        o.PprofBindAddress,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		LeaseDuration:           &o.LeaseDuration,
+		RenewDeadline:           &o.RenewDeadline,
+		RetryPeriod:             &o.RetryPeriod,
+		// Release the lease on shutdown so a standby takes over without waiting it out.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &shutdown,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding liveness check: %w", err)
+	}
+	gated, err := gate.Manage(mgr)
+	if err != nil {
+		return nil, err
+	}
+	return &App{Manager: gated, Gate: gate}, nil
+}
+
+// Run starts the manager behind the gate and blocks until ctx ends or startup fails.
+func (a *App) Run(ctx context.Context) error {
+	return a.Manager.Start(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}

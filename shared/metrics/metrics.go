@@ -1,0 +1,133 @@
+// Package metrics defines the metrics shared by both modelplane controllers. Every metric is
+// registered on controller-runtime's metrics.Registry, next to its built-in reconcile,
+// workqueue and REST client metrics.
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+const namespace = "modelplane"
+
+// Label names of the per-resource cache metrics.
+const (
+	LabelController = "controller"
+	LabelGroup      = "group"
+	LabelVersion    = "version"
+	LabelKind       = "kind"
+	LabelReason     = "reason"
+)
+
+var resourceLabels = []string{LabelController, LabelGroup, LabelVersion, LabelKind}
+
+var (
+	// CacheSyncDuration observes, per resource, the time from the start of the wait to the
+	// informer's initial list being complete.
+	CacheSyncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace,
+		Name:      "cache_sync_duration_seconds",
+		Help:      "Time from the start of the cache sync wait until the informer of the resource held its initial list.",
+		Buckets:   []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300},
+	}, resourceLabels)
+
+	// CacheSynced is 1 once the informer of the resource is synced, 0 before and for skipped
+	// optional resources.
+	CacheSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace,
+		Name:      "cache_synced",
+		Help:      "1 when the informer cache of the resource has synced, 0 while pending or when the resource was skipped.",
+	}, resourceLabels)
+
+	// CacheSkipped is 1 for an optional resource whose API is not served.
+	CacheSkipped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace,
+		Name:      "cache_resource_skipped",
+		Help:      "1 when an optional resource was skipped because its API is not served (CRD not installed).",
+	}, resourceLabels)
+
+	// CacheWatchErrors counts list and watch failures of an informer by classified reason.
+	CacheWatchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "cache_watch_errors_total",
+		Help:      "List and watch failures of the informer of the resource, by reason (forbidden, not-found, unreachable, other).",
+	}, append(append([]string{}, resourceLabels...), LabelReason))
+
+	// StartupDuration is the time from process start until the sync gate opened.
+	StartupDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace,
+		Name:      "startup_duration_seconds",
+		Help:      "Time from process start until every required informer cache had synced and the controllers were released.",
+	}, []string{LabelController})
+
+	// CacheObjects reports the objects in each registered informer store at scrape time.
+	CacheObjects = &objectCollector{
+		desc: prometheus.NewDesc(namespace+"_cache_objects",
+			"Objects currently held in the informer store of the resource, read at scrape time.",
+			resourceLabels, nil),
+		sources: map[ResourceLabels]func() int{},
+	}
+)
+
+var registerOnce sync.Once
+
+// Register registers the shared metrics on controller-runtime's registry. It is safe to call
+// more than once.
+func Register() {
+	registerOnce.Do(func() {
+		crmetrics.Registry.MustRegister(CacheSyncDuration, CacheSynced, CacheSkipped,
+			CacheWatchErrors, StartupDuration, CacheObjects)
+	})
+}
+
+// ResourceLabels identifies one resource of one controller in the cache metrics.
+type ResourceLabels struct {
+	Controller string
+	GVK        schema.GroupVersionKind
+}
+
+// Values returns the label values in the order of the resource label names.
+func (l ResourceLabels) Values() []string {
+	group := l.GVK.Group
+	if group == "" {
+		group = "core"
+	}
+	return []string{l.Controller, group, l.GVK.Version, l.GVK.Kind}
+}
+
+// objectCollector computes modelplane_cache_objects at scrape time from the registered
+// counting functions, so the figure is never stale and costs nothing between scrapes.
+type objectCollector struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	sources map[ResourceLabels]func() int
+}
+
+// Set registers (or replaces) the counting function of a resource.
+func (c *objectCollector) Set(l ResourceLabels, count func() int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sources[l] = count
+}
+
+// Delete removes the counting function of a resource.
+func (c *objectCollector) Delete(l ResourceLabels) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sources, l)
+}
+
+// Describe implements prometheus.Collector.
+func (c *objectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *objectCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for l, count := range c.sources {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count()), l.Values()...)
+	}
+}

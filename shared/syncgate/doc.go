@@ -1,0 +1,22 @@
+// Package syncgate makes "sync-then-start" structural: a controller never acts on a
+// half-filled informer cache.
+//
+// A controller declares the resources it reads (typed, unstructured or metadata-only,
+// required or optional) with Gate.Register before the manager starts. Registration creates
+// every informer without blocking, fails at once for a required resource whose API is not
+// served, and skips an optional one. The gate wraps the manager (Gate.Manager): every
+// runnable added through the wrapper - controllers built with the controller-runtime
+// builder, garbage collectors, pollers - is started only after the gate opens, and informers
+// of undeclared kinds cannot be created later. Starting the wrapped manager starts the
+// caches, waits for each declared resource with its own timeout and then opens the gate;
+// when a resource does not sync in time, the gate logs one line per unsynced resource with a
+// classified cause (forbidden, not-found, unreachable, other) and Start returns an error.
+//
+// While the gate is closed /readyz fails and /readyz/<resource> names what is pending and
+// the last list/watch error; liveness is unaffected. Caches are not subject to leader
+// election, so standby replicas sync and become ready too, and fail over warm.
+//
+// Calling cache.WaitForCacheSync before mgr.Start blocks forever, which is the deadlock this
+// package exists to prevent: nothing here blocks before Start, and WaitOpen called before
+// Start returns ErrNotStarted instead of waiting.
+package syncgate

@@ -1,0 +1,148 @@
+package syncgate
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+)
+
+// gatedManager is the manager controllers are set up on: it holds back every runnable until
+// the gate opens, refuses undeclared informers and starts behind the gate.
+type gatedManager struct {
+	manager.Manager
+	gate *Gate
+}
+
+// Add holds the runnable back until the gate opens. Caches, HTTP servers and webhook
+// servers are not held back: the gate itself needs them running.
+func (m *gatedManager) Add(r manager.Runnable) error {
+	switch r.(type) {
+	case interface{ GetCache() cache.Cache }, *manager.Server, webhook.Server:
+		// Caches and servers: the gate itself needs them running.
+		return m.Manager.Add(r)
+	}
+	return m.Manager.Add(&gatedRunnable{inner: r, gate: m.gate})
+}
+
+// Start runs the manager behind the gate (see Gate.start).
+func (m *gatedManager) Start(ctx context.Context) error { return m.gate.start(ctx) }
+
+// GetCache returns the cache that only hands out informers of declared resources.
+func (m *gatedManager) GetCache() cache.Cache {
+	return &declaredCache{Cache: m.Manager.GetCache(), gate: m.gate}
+}
+
+// gateCache is the manager's cache with WaitForCacheSync tied to the gate. Its answer is
+// true once the gate has opened (every declared informer synced) and also once it has
+// failed: the manager then proceeds, sees its context cancelled by the gate and shuts
+// down, instead of spinning in its startup wait forever.
+type gateCache struct {
+	cache.Cache
+	gate *Gate
+}
+
+func (c *gateCache) WaitForCacheSync(ctx context.Context) bool {
+	select {
+	case <-c.gate.open:
+		return c.Cache.WaitForCacheSync(ctx)
+	case <-c.gate.failed:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// gatedRunnable starts its runnable once the gate is open.
+type gatedRunnable struct {
+	inner manager.Runnable
+	gate  *Gate
+}
+
+func (r *gatedRunnable) Start(ctx context.Context) error {
+	select {
+	case <-r.gate.open:
+		return r.inner.Start(ctx)
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// NeedLeaderElection keeps the runnable's own choice; runnables that do not say need it,
+// as in controller-runtime.
+func (r *gatedRunnable) NeedLeaderElection() bool {
+	if le, ok := r.inner.(manager.LeaderElectionRunnable); ok {
+		return le.NeedLeaderElection()
+	}
+	return true
+}
+
+// declaredCache refuses to create informers for resources that were not registered with the
+// gate, so no controller can wait on (or act on) a cache the gate did not sync.
+type declaredCache struct {
+	cache.Cache
+	gate *Gate
+}
+
+func (c *declaredCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	gvk, err := apiutil.GVKForObject(obj, c.gate.mgr.GetScheme())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.gate.declared(gvk, formOf(obj)); err != nil {
+		return nil, err
+	}
+	return c.Cache.GetInformer(ctx, obj, opts...)
+}
+
+func (c *declaredCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	if err := c.gate.declared(gvk, formTyped); err != nil {
+		return nil, err
+	}
+	return c.Cache.GetInformerForKind(ctx, gvk, opts...)
+}
+
+type form string
+
+const (
+	formTyped        form = "typed"
+	formMetadata     form = "metadata-only"
+	formUnstructured form = "unstructured"
+)
+
+func formOf(obj client.Object) form {
+	switch obj.(type) {
+	case *metav1.PartialObjectMetadata:
+		return formMetadata
+	case *unstructured.Unstructured:
+		return formUnstructured
+	default:
+		return formTyped
+	}
+}
+
+// declared returns an error unless the resource was registered in the same form.
+func (g *Gate) declared(gvk schema.GroupVersionKind, f form) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.resources {
+		if t.gvk != gvk {
+			continue
+		}
+		if have := formOf(t.res.Object); have != f {
+			return fmt.Errorf("sync gate: %s is declared %s but requested %s", gvkString(gvk), have, f)
+		}
+		if t.isSkipped() {
+			return fmt.Errorf("sync gate: optional resource %s was skipped: its API is not served", gvkString(gvk))
+		}
+		return nil
+	}
+	return fmt.Errorf("sync gate: %s was not declared; register it with the gate before starting the manager", gvkString(gvk))
+}

@@ -1,0 +1,205 @@
+package syncgate_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/modelplane/modelplane/shared/testenv"
+)
+
+var (
+	env    *testenv.Env
+	scheme = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	var err error
+	if env, err = testenv.Start(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+	}
+	os.Exit(code)
+}
+
+func needEnv(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs envtest")
+	}
+}
+
+// slowProxy forwards plain HTTP to the API server with the admin identity and holds back
+// the initial list of the matching requests. client-go fills informers with a streaming
+// watch-list (watch=true&sendInitialEvents=true), so both that and a plain LIST are delayed;
+// follow-up watches are not.
+type slowProxy struct {
+	*httptest.Server
+	delayed sync.Map // path -> time.Duration
+}
+
+func newSlowProxy(t *testing.T, cfg *rest.Config) *slowProxy {
+	t.Helper()
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &slowProxy{}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+		},
+		Transport:     transport,
+		FlushInterval: -1,
+	}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := p.delayed.Load(r.URL.Path); ok && isInitialList(r) {
+			select {
+			case <-time.After(d.(time.Duration)):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func isInitialList(r *http.Request) bool {
+	q := r.URL.Query()
+	return q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true"
+}
+
+// delay holds back the initial list of a collection path such as /api/v1/pods.
+func (p *slowProxy) delay(path string, d time.Duration) { p.delayed.Store(path, d) }
+
+// config is a client configuration that goes through the proxy.
+func (p *slowProxy) config() *rest.Config { return &rest.Config{Host: p.URL} }
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// probe GETs a path of the health probe server and returns the status and body.
+func probe(addr, path string) (int, string) {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	n, _ := resp.Body.Read(buf)
+	return resp.StatusCode, string(buf[:n])
+}
+
+// waitFor polls cond every 50ms until it holds or the timeout passes, then fails with what.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metric returns the metric of the family whose labels include want, or nil.
+func metric(t *testing.T, family string, want map[string]string) *dto.Metric {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+func labels(controller, kind string) map[string]string {
+	return map[string]string{"controller": controller, "kind": kind}
+}
+
+func describe(m *dto.Metric) string {
+	if m == nil {
+		return "<missing>"
+	}
+	return strings.TrimSpace(m.String())
+}
+
+func background(t *testing.T) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, cancel
+}
+
+// waitOpen waits for the gate to open, failing the test after 30s.
+func waitOpen(t *testing.T, g *syncgate.Gate) {
+	t.Helper()
+	select {
+	case <-g.Opened():
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out after 30s waiting for the sync gate to open")
+	}
+}

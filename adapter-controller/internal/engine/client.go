@@ -1,0 +1,381 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Client loads, unloads and lists LoRA adapters on one engine pod.
+// Implementations are safe for concurrent use. Every error is an *Error.
+type Client interface {
+	// Load loads the adapter. An adapter of that name already loaded counts
+	// as success.
+	Load(ctx context.Context, ep Endpoint, req LoadRequest) error
+	// Unload unloads the adapter. An adapter that is not loaded counts as
+	// success.
+	Unload(ctx context.Context, ep Endpoint, adapterName string) error
+	// ListAdapters returns the names of the LoRA adapters the engine
+	// serves, sorted.
+	ListAdapters(ctx context.Context, ep Endpoint) ([]string, error)
+}
+
+// LoadRequest describes an adapter to load.
+type LoadRequest struct {
+	// Name is the name the engine serves the adapter under (lora_name).
+	Name string
+	// ArtifactURL is where the adapter is stored, as in the ModelAdapter
+	// spec. For vLLM and SGLang it is mapped with ResolveArtifact; the
+	// runtime sidecar receives it unchanged.
+	ArtifactURL string
+	// Credentials for fetching the artifact; sent only to the runtime
+	// sidecar (vLLM and SGLang have no such parameter).
+	Credentials map[string]string
+	// AdditionalConfig is passed to the runtime sidecar as
+	// additional_config; vLLM and SGLang have no such parameter.
+	AdditionalConfig map[string]string
+}
+
+// Observer is told about every HTTP request made: the engine kind, the
+// operation (OpLoad, OpUnload, OpList), the code (the HTTP status as a string
+// when the engine answered, otherwise CodeTimeout, CodeUnreachable or
+// CodeCanceled) and how long the request took, body included.
+type Observer func(engine, op, code string, d time.Duration)
+
+// Defaults for Options.
+const (
+	DefaultTimeout             = 10 * time.Second
+	DefaultMaxResponseBytes    = 1 << 20
+	DefaultMaxIdleConnsPerHost = 4
+	DefaultIdleConnTimeout     = 90 * time.Second
+)
+
+// maxResponseHeaderBytes bounds response headers on the default transport.
+const maxResponseHeaderBytes = 64 << 10
+
+const userAgent = "modelplane-adapter-controller"
+
+// Options configure New. The zero value is valid.
+type Options struct {
+	// Timeout bounds each request, from dialling to the end of the body.
+	// Default DefaultTimeout.
+	Timeout time.Duration
+	// HTTPClient, when set, is used (a copy of it, which never follows
+	// redirects) instead of the default one. Its transport should not use a
+	// proxy: engines are addressed by pod IP. MaxIdleConnsPerHost and
+	// IdleConnTimeout must then be left zero.
+	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is the number of idle keep-alive connections kept
+	// per engine pod by the default transport. Default
+	// DefaultMaxIdleConnsPerHost.
+	MaxIdleConnsPerHost int
+	// IdleConnTimeout closes idle connections of the default transport
+	// after this long. Default DefaultIdleConnTimeout.
+	IdleConnTimeout time.Duration
+	// MaxResponseBytes is the largest response body accepted; larger ones
+	// fail with ReasonEngineResponseTooLarge after reading at most one byte
+	// more than this. Default DefaultMaxResponseBytes (1 MiB).
+	MaxResponseBytes int64
+	// Observer, if set, is called once per HTTP request, e.g. to record
+	// metrics. It must be safe for concurrent use and return quickly.
+	Observer Observer
+	// Now is the clock used to measure request durations for Observer.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// HTTPClient drives every engine kind, choosing the implementation from
+// Endpoint.Kind. Build it with New; it is safe for concurrent use.
+type HTTPClient struct {
+	http    *http.Client
+	clients map[Kind]Client
+}
+
+var _ Client = (*HTTPClient)(nil)
+
+// New returns an HTTPClient configured by opts.
+func New(opts Options) (*HTTPClient, error) {
+	switch {
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("engine client: timeout %v is negative", opts.Timeout)
+	case opts.MaxResponseBytes < 0:
+		return nil, fmt.Errorf("engine client: max response bytes %d is negative", opts.MaxResponseBytes)
+	case opts.MaxIdleConnsPerHost < 0:
+		return nil, fmt.Errorf("engine client: max idle connections per host %d is negative", opts.MaxIdleConnsPerHost)
+	case opts.IdleConnTimeout < 0:
+		return nil, fmt.Errorf("engine client: idle connection timeout %v is negative", opts.IdleConnTimeout)
+	case opts.HTTPClient != nil && (opts.MaxIdleConnsPerHost != 0 || opts.IdleConnTimeout != 0):
+		return nil, errors.New("engine client: MaxIdleConnsPerHost and IdleConnTimeout configure the default transport and cannot be combined with HTTPClient")
+	}
+
+	t := &transport{
+		timeout: opts.Timeout,
+		maxBody: opts.MaxResponseBytes,
+		observe: opts.Observer,
+		now:     opts.Now,
+	}
+	if t.timeout == 0 {
+		t.timeout = DefaultTimeout
+	}
+	if t.maxBody == 0 {
+		t.maxBody = DefaultMaxResponseBytes
+	}
+	if t.observe == nil {
+		t.observe = func(string, string, string, time.Duration) {}
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+
+	if opts.HTTPClient != nil {
+		hc := *opts.HTTPClient
+		t.http = &hc
+	} else {
+		t.http = &http.Client{Transport: newTransport(t.timeout, opts.MaxIdleConnsPerHost, opts.IdleConnTimeout)}
+	}
+	t.http.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+	return &HTTPClient{
+		http: t.http,
+		clients: map[Kind]Client{
+			KindVLLM:    &vllmClient{t: t},
+			KindSGLang:  &sglangClient{t: t},
+			KindRuntime: &runtimeClient{t: t},
+		},
+	}, nil
+}
+
+// newTransport returns the default transport: keep-alive connections reused
+// per pod, no proxy (pod IPs are dialled directly), bounded headers.
+func newTransport(timeout time.Duration, maxIdlePerHost int, idleTimeout time.Duration) *http.Transport {
+	if maxIdlePerHost == 0 {
+		maxIdlePerHost = DefaultMaxIdleConnsPerHost
+	}
+	if idleTimeout == 0 {
+		idleTimeout = DefaultIdleConnTimeout
+	}
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		MaxIdleConnsPerHost:    maxIdlePerHost,
+		IdleConnTimeout:        idleTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		ExpectContinueTimeout:  time.Second,
+	}
+}
+
+// For returns the implementation for kind ("" is KindVLLM).
+func (c *HTTPClient) For(kind Kind) (Client, error) {
+	if kind == "" {
+		kind = KindVLLM
+	}
+	if impl, ok := c.clients[kind]; ok {
+		return impl, nil
+	}
+	return nil, &Error{Reason: ReasonEngineUnsupported, Engine: kind, Message: fmt.Sprintf("unknown engine kind %q", string(kind))}
+}
+
+// Load loads an adapter through the implementation for ep.Kind.
+func (c *HTTPClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
+	impl, err := c.For(ep.Kind)
+	if err != nil {
+		return err
+	}
+	return impl.Load(ctx, ep, req)
+}
+
+// Unload unloads an adapter through the implementation for ep.Kind.
+func (c *HTTPClient) Unload(ctx context.Context, ep Endpoint, adapterName string) error {
+	impl, err := c.For(ep.Kind)
+	if err != nil {
+		return err
+	}
+	return impl.Unload(ctx, ep, adapterName)
+}
+
+// ListAdapters lists adapters through the implementation for ep.Kind.
+func (c *HTTPClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+	impl, err := c.For(ep.Kind)
+	if err != nil {
+		return nil, err
+	}
+	return impl.ListAdapters(ctx, ep)
+}
+
+// CloseIdleConnections closes idle keep-alive connections, e.g. on shutdown.
+func (c *HTTPClient) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// transport performs one bounded HTTP exchange with an engine.
+type transport struct {
+	http    *http.Client
+	timeout time.Duration
+	maxBody int64
+	observe Observer
+	now     func() time.Time
+}
+
+// call is one request to an engine.
+type call struct {
+	engine Kind // reported in errors and to the Observer
+	op     Op
+	ep     Endpoint
+	port   int
+	method string
+	path   string
+	body   any // marshalled as JSON; nil sends no body
+}
+
+// reply is an engine's complete answer, of any status.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// message returns the engine's message from the body, API key redacted.
+func (r *reply) message(ep Endpoint) string {
+	return engineMessage(r.body, ep.APIKey)
+}
+
+func (r *reply) ok() bool { return r.status >= 200 && r.status < 300 }
+
+// do sends c and reads the answer. It returns an error only when no complete
+// answer was received (transport failure, timeout, oversized body); the
+// caller interprets the status.
+func (t *transport) do(ctx context.Context, c call) (*reply, error) {
+	if err := c.ep.validate(c.op); err != nil {
+		err.Engine = c.engine
+		return nil, err
+	}
+	var payload io.Reader
+	if c.body != nil {
+		data, err := json.Marshal(c.body)
+		if err != nil {
+			return nil, &Error{Reason: ReasonInvalidRequest, Engine: c.engine, Op: c.op, Message: "cannot encode the request", Err: err}
+		}
+		payload = bytes.NewReader(data)
+	}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(c.ep.Host, strconv.Itoa(c.port)), Path: c.path}
+
+	reqCtx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, c.method, u.String(), payload)
+	if err != nil {
+		return nil, &Error{Reason: ReasonInvalidEndpoint, Engine: c.engine, Op: c.op, Message: "cannot build the request", Err: err}
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.ep.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.ep.APIKey)
+	}
+
+	start := t.now()
+	resp, err := t.http.Do(req)
+	if err != nil {
+		e := transportError(reqCtx, c.engine, c.op, err)
+		t.observe(string(c.engine), string(c.op), observerCode(e), t.now().Sub(start))
+		return nil, e
+	}
+	defer resp.Body.Close()
+
+	body, rerr := t.readBody(reqCtx, c, resp)
+	code := strconv.Itoa(resp.StatusCode)
+	if rerr != nil && rerr.Reason != ReasonEngineResponseTooLarge {
+		code = observerCode(rerr)
+	}
+	t.observe(string(c.engine), string(c.op), code, t.now().Sub(start))
+	if rerr != nil {
+		return nil, rerr
+	}
+	return &reply{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// readBody reads at most maxBody+1 bytes, so that an oversized body is
+// detected without buffering it. Closing the unread rest drops the
+// connection instead of draining it.
+func (t *transport) readBody(reqCtx context.Context, c call, resp *http.Response) ([]byte, *Error) {
+	tooLarge := func() *Error {
+		return &Error{
+			Reason:  ReasonEngineResponseTooLarge,
+			Engine:  c.engine,
+			Op:      c.op,
+			Status:  resp.StatusCode,
+			Message: fmt.Sprintf("the response body is larger than %d bytes", t.maxBody),
+		}
+	}
+	if resp.ContentLength > t.maxBody {
+		return nil, tooLarge()
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, t.maxBody+1))
+	if err != nil {
+		return nil, transportError(reqCtx, c.engine, c.op, err)
+	}
+	if int64(len(body)) > t.maxBody {
+		return nil, tooLarge()
+	}
+	return body, nil
+}
+
+// modelList is the answer of GET /v1/models (OpenAI format).
+type modelList struct {
+	Data *[]struct {
+		ID     string  `json:"id"`
+		Parent *string `json:"parent"`
+	} `json:"data"`
+}
+
+// listModels asks the engine at ep.Host:port for its models and returns the
+// LoRA adapters among them: the entries with a non-empty parent.
+func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, port int) ([]string, error) {
+	r, err := t.do(ctx, call{engine: engine, op: OpList, ep: ep, port: port, method: http.MethodGet, path: "/v1/models"})
+	if err != nil {
+		return nil, err
+	}
+	if !r.ok() {
+		return nil, statusError(engine, OpList, r.status, r.header, r.message(ep))
+	}
+	var list modelList
+	if err := json.Unmarshal(r.body, &list); err != nil {
+		e := badResponse(engine, OpList, r.status, "the model list is not valid JSON")
+		e.Err = err
+		return nil, e
+	}
+	if list.Data == nil {
+		return nil, badResponse(engine, OpList, r.status, `the model list has no "data" array`)
+	}
+	seen := make(map[string]bool, len(*list.Data))
+	adapters := []string{}
+	for i, m := range *list.Data {
+		if m.ID == "" {
+			return nil, badResponse(engine, OpList, r.status, "model list entry %d has no id", i)
+		}
+		if m.Parent == nil || *m.Parent == "" || seen[m.ID] {
+			continue
+		}
+		seen[m.ID] = true
+		adapters = append(adapters, m.ID)
+	}
+	slices.Sort(adapters)
+	return adapters, nil
+}
+
+// checkName rejects an empty adapter name before anything is sent.
+func checkName(engine Kind, op Op, name string) error {
+	if name == "" {
+		return &Error{Reason: ReasonInvalidRequest, Engine: engine, Op: op, Message: "the adapter name is empty"}
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+)
+
+// SGLang LoRA API routes.
+const (
+	sglangLoadPath   = "/load_lora_adapter"
+	sglangUnloadPath = "/unload_lora_adapter"
+)
+
+// sglangClient drives SGLang's LoRA API, which answers
+// {"success": bool, "error_message": string}: 200 on success, 400 on failure.
+type sglangClient struct{ t *transport }
+
+var _ Client = (*sglangClient)(nil)
+
+type sglangLoadBody struct {
+	LoraName string `json:"lora_name"`
+	LoraPath string `json:"lora_path"`
+}
+
+type sglangUnloadBody struct {
+	LoraName string `json:"lora_name"`
+}
+
+type sglangResult struct {
+	Success      *bool  `json:"success"`
+	ErrorMessage string `json:"error_message"`
+}
+
+// Load calls POST /load_lora_adapter. An "already loaded" failure is success.
+func (c *sglangClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
+	if err := checkName(KindSGLang, OpLoad, req.Name); err != nil {
+		return err
+	}
+	path, err := ResolveArtifact(KindSGLang, req.ArtifactURL)
+	if err != nil {
+		return withOp(err, OpLoad)
+	}
+	r, err := c.t.do(ctx, call{
+		engine: KindSGLang, op: OpLoad, ep: ep, port: ep.port(),
+		method: http.MethodPost, path: sglangLoadPath,
+		body: sglangLoadBody{LoraName: req.Name, LoraPath: path},
+	})
+	if err != nil {
+		return err
+	}
+	if r.status == http.StatusNotFound {
+		return loraUpdatingDisabled(KindSGLang, sglangLoadPath, r.message(ep))
+	}
+	return sglangOutcome(OpLoad, ep, r, alreadyLoaded)
+}
+
+// Unload calls POST /unload_lora_adapter. A "does not exist" failure is
+// success, and so is 404: without the route nothing can have been loaded.
+func (c *sglangClient) Unload(ctx context.Context, ep Endpoint, adapterName string) error {
+	if err := checkName(KindSGLang, OpUnload, adapterName); err != nil {
+		return err
+	}
+	r, err := c.t.do(ctx, call{
+		engine: KindSGLang, op: OpUnload, ep: ep, port: ep.port(),
+		method: http.MethodPost, path: sglangUnloadPath,
+		body: sglangUnloadBody{LoraName: adapterName},
+	})
+	if err != nil {
+		return err
+	}
+	if r.status == http.StatusNotFound {
+		return nil
+	}
+	return sglangOutcome(OpUnload, ep, r, unknownAdapter)
+}
+
+// ListAdapters calls GET /v1/models.
+func (c *sglangClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+	return listModels(ctx, c.t, KindSGLang, ep, ep.enginePort())
+}
+
+// sglangOutcome interprets a load or unload answer. done recognises the
+// failure message that means the desired state is already reached.
+func sglangOutcome(op Op, ep Endpoint, r *reply, done func(string) bool) error {
+	switch {
+	case r.ok():
+		var res sglangResult
+		if err := json.Unmarshal(r.body, &res); err != nil {
+			e := badResponse(KindSGLang, op, r.status, "the answer is not valid JSON")
+			e.Err = err
+			return e
+		}
+		if res.Success == nil {
+			return badResponse(KindSGLang, op, r.status, `the answer has no "success" field`)
+		}
+		if *res.Success {
+			return nil
+		}
+		msg := truncate(redact(res.ErrorMessage, ep.APIKey))
+		if done(msg) {
+			return nil
+		}
+		if msg == "" {
+			msg = "the engine reported success=false without a message"
+		}
+		return &Error{Reason: ReasonEngineRejected, Engine: KindSGLang, Op: op, Status: r.status, Message: msg}
+	case r.status == http.StatusBadRequest:
+		msg := r.message(ep)
+		if done(msg) {
+			return nil
+		}
+		return statusError(KindSGLang, op, r.status, r.header, msg)
+	default:
+		return statusError(KindSGLang, op, r.status, r.header, r.message(ep))
+	}
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+)
+
+// vLLM runtime LoRA API routes.
+const (
+	vllmLoadPath   = "/v1/load_lora_adapter"
+	vllmUnloadPath = "/v1/unload_lora_adapter"
+)
+
+// vllmClient drives vLLM's runtime LoRA API.
+type vllmClient struct{ t *transport }
+
+var _ Client = (*vllmClient)(nil)
+
+type vllmLoadBody struct {
+	LoraName string `json:"lora_name"`
+	LoraPath string `json:"lora_path"`
+}
+
+type vllmUnloadBody struct {
+	LoraName string `json:"lora_name"`
+}
+
+// Load calls POST /v1/load_lora_adapter. vLLM answers 200 with a plain-text
+// body on success and 400 "has already been loaded" when the name is taken.
+// A 404 without vLLM's own error object means the route does not exist:
+// runtime LoRA updating is disabled.
+func (c *vllmClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
+	if err := checkName(KindVLLM, OpLoad, req.Name); err != nil {
+		return err
+	}
+	path, err := ResolveArtifact(KindVLLM, req.ArtifactURL)
+	if err != nil {
+		return withOp(err, OpLoad)
+	}
+	r, err := c.t.do(ctx, call{
+		engine: KindVLLM, op: OpLoad, ep: ep, port: ep.port(),
+		method: http.MethodPost, path: vllmLoadPath,
+		body: vllmLoadBody{LoraName: req.Name, LoraPath: path},
+	})
+	if err != nil {
+		return err
+	}
+	return loadOutcome(KindVLLM, ep, r, vllmLoadPath)
+}
+
+// Unload calls POST /v1/unload_lora_adapter. An unknown adapter is answered
+// 404 by newer vLLM and 400 "cannot be found" by older versions; both mean
+// the adapter is not loaded.
+func (c *vllmClient) Unload(ctx context.Context, ep Endpoint, adapterName string) error {
+	if err := checkName(KindVLLM, OpUnload, adapterName); err != nil {
+		return err
+	}
+	r, err := c.t.do(ctx, call{
+		engine: KindVLLM, op: OpUnload, ep: ep, port: ep.port(),
+		method: http.MethodPost, path: vllmUnloadPath,
+		body: vllmUnloadBody{LoraName: adapterName},
+	})
+	if err != nil {
+		return err
+	}
+	return unloadOutcome(KindVLLM, ep, r)
+}
+
+// ListAdapters calls GET /v1/models.
+func (c *vllmClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+	return listModels(ctx, c.t, KindVLLM, ep, ep.enginePort())
+}
+
+// loadOutcome interprets a vLLM-style load answer (vLLM, and the runtime
+// sidecar, which relays the engine's answer).
+func loadOutcome(engine Kind, ep Endpoint, r *reply, route string) error {
+	msg := r.message(ep)
+	switch {
+	case r.ok():
+		return nil
+	case r.status == http.StatusBadRequest && alreadyLoaded(msg):
+		return nil
+	case r.status == http.StatusNotFound && !isOpenAIError(r.body):
+		return loraUpdatingDisabled(engine, route, msg)
+	default:
+		return statusError(engine, OpLoad, r.status, r.header, msg)
+	}
+}
+
+// unloadOutcome interprets a vLLM-style unload answer.
+func unloadOutcome(engine Kind, ep Endpoint, r *reply) error {
+	msg := r.message(ep)
+	switch {
+	case r.ok():
+		return nil
+	case r.status == http.StatusNotFound:
+		// Either vLLM does not know the adapter, or it has no runtime LoRA
+		// routes, in which case nothing can have been loaded through them.
+		return nil
+	case r.status == http.StatusBadRequest && unknownAdapter(msg):
+		return nil
+	default:
+		return statusError(engine, OpUnload, r.status, r.header, msg)
+	}
+}
+
+func loraUpdatingDisabled(engine Kind, route, msg string) *Error {
+	var text string
+	switch engine {
+	case KindSGLang:
+		text = "the engine has no " + route + " route: this SGLang version cannot load LoRA adapters at runtime"
+	case KindRuntime:
+		text = "the runtime sidecar got 404 from " + route + ": runtime LoRA updating is disabled on the sidecar or its engine (vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora)"
+	default:
+		text = "the engine has no " + route + " route: runtime LoRA updating is disabled (vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora)"
+	}
+	if msg != "" {
+		text += ": " + msg
+	}
+	return &Error{Reason: ReasonLoRAUpdatingDisabled, Engine: engine, Op: OpLoad, Status: http.StatusNotFound, Message: text}
+}
+
+// withOp records op on an *Error that was built without one.
+func withOp(err error, op Op) error {
+	var e *Error
+	if errors.As(err, &e) && e.Op == "" {
+		e.Op = op
+	}
+	return err
+}

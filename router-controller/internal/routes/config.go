@@ -1,0 +1,134 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Defaults for Config, matching the router-controller flag defaults.
+const (
+	DefaultGatewayNamespace = "aibrix-system"
+	DefaultGatewayName      = "aibrix-eg"
+	DefaultTimeout          = 120 * time.Second
+)
+
+// DefaultPaths are the path prefixes every model route matches unless Config.Paths says
+// otherwise. Callers must not modify the slice; use DefaultConfig for a private copy.
+var DefaultPaths = []string{
+	"/v1/completions",
+	"/v1/chat/completions",
+	"/v1/responses",
+	"/v1/messages",
+	"/v1/embeddings",
+	"/v1/rerank",
+	"/v1/classify",
+	"/generate",
+	"/generatevideo",
+	"/v1/audio/transcriptions",
+	"/v1/audio/translations",
+}
+
+// Labels and annotations written on the objects this package builds.
+const (
+	// ManagedByLabel marks routes and grants owned by the router controller; objects without it
+	// (or with another value) are never modified.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel on owned objects.
+	ManagedByValue = "modelplane-router-controller"
+	// ModelHashLabel carries ModelHash(model) on a route, so routes can be listed by model
+	// even though model names are not valid label values in general.
+	ModelHashLabel = "modelplane.io/model-hash"
+	// GatewayNamespaceLabel on a ReferenceGrant names the gateway namespace it admits routes
+	// from, so controllers for different gateway namespaces never touch each other's grants.
+	GatewayNamespaceLabel = "modelplane.io/gateway-namespace"
+	// ModelAnnotation carries the exact model name of a route.
+	ModelAnnotation = "modelplane.io/model"
+	// SourcesAnnotation lists the sources of a route as sorted, comma-separated
+	// kind/namespace/name.
+	SourcesAnnotation = "modelplane.io/sources"
+)
+
+// Config holds what BuildRoute and BuildReferenceGrants need beyond the sources.
+type Config struct {
+	// GatewayNamespace is where routes are created and where the Gateway lives.
+	GatewayNamespace string
+	// GatewayName is the Gateway every route attaches to.
+	GatewayName string
+	// Paths are the path prefixes every model route matches, in addition to the sources'
+	// custom paths. Used as given: a nil or empty list means no base paths.
+	Paths []string
+	// Timeout is the request timeout of every rule. Zero leaves timeouts unset (the gateway
+	// implementation's default). Must be a whole number of milliseconds.
+	Timeout time.Duration
+}
+
+// DefaultConfig returns the configuration the controller uses without flags.
+func DefaultConfig() Config {
+	return Config{
+		GatewayNamespace: DefaultGatewayNamespace,
+		GatewayName:      DefaultGatewayName,
+		Paths:            append([]string(nil), DefaultPaths...),
+		Timeout:          DefaultTimeout,
+	}
+}
+
+// Validate reports every reason the configuration cannot produce valid objects.
+func (c Config) Validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(c.GatewayNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("gateway namespace %q is invalid: %s", c.GatewayNamespace, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.GatewayName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("gateway name %q is invalid: %s", c.GatewayName, strings.Join(msgs, "; ")))
+	}
+	for _, p := range c.Paths {
+		if err := ValidatePath(p); err != nil {
+			errs = append(errs, fmt.Errorf("path %q is invalid: %w", p, err))
+		}
+	}
+	if n := len(dedupSorted(c.Paths)); n > MaxMatchesPerRoute {
+		errs = append(errs, fmt.Errorf("%d paths exceed the Gateway API limit of %d matches per route", n, MaxMatchesPerRoute))
+	}
+	if _, err := formatDuration(c.Timeout); err != nil {
+		errs = append(errs, fmt.Errorf("timeout %s is invalid: %w", c.Timeout, err))
+	}
+	return errors.Join(errs...)
+}
+
+// maxDurationHours is the largest hour count a Gateway API Duration can express: the CRD
+// pattern ^([0-9]{1,5}(h|m|s|ms)){1,4}$ allows at most five digits per component.
+const maxDurationHours = 99999
+
+// formatDuration renders d in the Gateway API Duration format (GEP-2257), e.g. "2m",
+// "1h30m", "1s500ms". Zero renders as "". Sub-millisecond precision and negative durations
+// cannot be expressed and are errors.
+func formatDuration(d time.Duration) (string, error) {
+	switch {
+	case d == 0:
+		return "", nil
+	case d < 0:
+		return "", errors.New("must not be negative")
+	case d%time.Millisecond != 0:
+		return "", errors.New("must be a whole number of milliseconds")
+	case d/time.Hour > maxDurationHours:
+		return "", fmt.Errorf("must be at most %dh", maxDurationHours)
+	}
+	var b strings.Builder
+	parts := []struct {
+		unit   time.Duration
+		suffix string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}}
+	for _, p := range parts {
+		if n := d / p.unit; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10))
+			b.WriteString(p.suffix)
+			d -= n * p.unit
+		}
+	}
+	return b.String(), nil
+}

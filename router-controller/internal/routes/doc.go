@@ -1,0 +1,38 @@
+// Package routes turns model workloads into Gateway API objects.
+//
+// Everything here is a pure function of its arguments: no API calls, no clock, no randomness.
+// The router reconciler reads sources (Deployments, StatefulSets, ModelAdapters and optional
+// kinds) from its caches, converts each with SourceFromObject, groups them by model name and
+// asks BuildRoute for the desired HTTPRoute and BuildReferenceGrants for the desired
+// ReferenceGrants of every source namespace other than the gateway namespace.
+//
+// # Sources
+//
+// A workload is a model workload when it carries the model name in the label
+// model.aibrix.ai/name, or else in the annotation of that key. Its Service comes from the
+// annotation model.aibrix.ai/service-name, else the model name; a ModelAdapter always routes to
+// its own headless Service, named after the adapter. The port comes from the label
+// model.aibrix.ai/port (default 8000) and extra path prefixes from the comma-separated
+// annotation model.aibrix.ai/model-router-custom-paths. Bad values that can be recovered from
+// (a bad port, an invalid custom path) are dropped and reported as problems for a Warning
+// event; values that would make the route invalid (a Service that is not a DNS-1035 label, a
+// model name that cannot be a header value) exclude the source, also with a problem.
+//
+// # Routes
+//
+// One HTTPRoute per model name, named by RouteName, in the gateway namespace. Each path prefix
+// (Config.Paths plus every source's custom paths) becomes one match that also requires the
+// header "model" to equal the model name exactly. Backends are the union of the sources'
+// (namespace, Service, port). Output is canonical: sources given in any order produce the same
+// object, and every field the API server would default is set explicitly, so a stored route can
+// be compared with a built one without spurious differences.
+//
+// # Gateway API limits
+//
+// The limits below come from the v1.6.3 HTTPRoute and ReferenceGrant CRDs
+// (config/crd/standard in sigs.k8s.io/gateway-api): 64 matches per rule, 16 rules, 128 matches
+// per route in total, 16 backendRefs per rule, 16 "to" entries per ReferenceGrant. Matches are
+// split across rules (with identical backends) when a rule would overflow. A route that cannot
+// fit at all is an error, never an invalid object. A namespace with more than 16 routed
+// Services gets several ReferenceGrants.
+package routes

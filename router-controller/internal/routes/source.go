@@ -1,0 +1,226 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	modelv1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// KindModelAdapter is the Source kind of ModelAdapters, which route to their own Service.
+const KindModelAdapter = "ModelAdapter"
+
+// MaxCustomPaths caps the custom paths one source may add. It is half the per-route match
+// limit, so a source cannot exhaust a route on its own together with the default paths.
+const MaxCustomPaths = 64
+
+// Limits from the Gateway API v1.6.3 standard CRDs (config/crd/standard).
+const (
+	// MaxMatchesPerRule is spec.rules[].matches maxItems.
+	MaxMatchesPerRule = 64
+	// MaxRulesPerRoute is spec.rules maxItems.
+	MaxRulesPerRoute = 16
+	// MaxMatchesPerRoute is the CEL limit on matches summed over all rules.
+	MaxMatchesPerRoute = 128
+	// MaxBackendRefsPerRule is spec.rules[].backendRefs maxItems.
+	MaxBackendRefsPerRule = 16
+	// MaxReferenceGrantTo is ReferenceGrant spec.to maxItems.
+	MaxReferenceGrantTo = 16
+	// MaxPathLength is spec.rules[].matches[].path.value maxLength.
+	MaxPathLength = 1024
+	// MaxHeaderValueLength is spec.rules[].matches[].headers[].value maxLength.
+	MaxHeaderValueLength = 4096
+)
+
+// Source is one workload that claims a model, reduced to what routing needs.
+type Source struct {
+	// Kind, Namespace and Name identify the workload, e.g. Deployment/team-a/llama.
+	Kind      string
+	Namespace string
+	Name      string
+	// Model is the model name clients send in the "model" header.
+	Model string
+	// Service is the Service in Namespace that fronts the workload.
+	Service string
+	// Port is the Service port.
+	Port int32
+	// Paths are the workload's valid custom path prefixes, sorted and de-duplicated.
+	Paths []string
+}
+
+// Key returns "kind/namespace/name", the form used in SourcesAnnotation.
+func (s Source) Key() string {
+	return s.Kind + "/" + s.Namespace + "/" + s.Name
+}
+
+// SourceFromObject reads the routing labels and annotations of a workload of the given kind.
+//
+// ok is false when the object is not a model workload (no model name; problems is empty) or
+// when it cannot be routed (problems says why). Problems are complete sentences meant for a
+// Warning event on the object; with ok true they describe values that were ignored or replaced
+// by defaults.
+func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, problems []string) {
+	labels, annotations := obj.GetLabels(), obj.GetAnnotations()
+	src = Source{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+
+	src.Model = labels[modelv1alpha1.ModelNameLabel]
+	if src.Model == "" {
+		src.Model = annotations[modelv1alpha1.ModelNameLabel]
+	}
+	if src.Model == "" && kind == KindModelAdapter {
+		src.Model = obj.GetName()
+	}
+	if src.Model == "" {
+		return Source{}, false, nil
+	}
+
+	if kind == KindModelAdapter {
+		// The adapter controller publishes every adapter behind a headless Service named
+		// after it; the service-name annotation cannot redirect that.
+		src.Service = obj.GetName()
+	} else if svc := annotations[modelv1alpha1.ServiceNameAnnotation]; svc != "" {
+		src.Service = svc
+	} else {
+		src.Service = src.Model
+	}
+
+	var port string
+	src.Port, port = modelv1alpha1.DefaultEnginePort, labels[modelv1alpha1.ModelPortLabel]
+	if port != "" {
+		if p, err := parsePort(port); err != nil {
+			problems = append(problems, fmt.Sprintf("Label %s value %q is not a port: %v; using %d",
+				modelv1alpha1.ModelPortLabel, port, err, modelv1alpha1.DefaultEnginePort))
+		} else {
+			src.Port = p
+		}
+	}
+
+	var pathProblems []string
+	src.Paths, pathProblems = parseCustomPaths(annotations[modelv1alpha1.CustomPathsAnnotation])
+	problems = append(problems, pathProblems...)
+
+	if err := ValidateModelName(src.Model); err != nil {
+		return Source{}, false, append(problems, fmt.Sprintf("Model name %q cannot be routed: %v", src.Model, err))
+	}
+	if msgs := validation.IsDNS1035Label(src.Service); len(msgs) > 0 {
+		return Source{}, false, append(problems, fmt.Sprintf("Service name %q for model %q is not a valid Service name: %s",
+			src.Service, src.Model, strings.Join(msgs, "; ")))
+	}
+	return src, true, problems
+}
+
+// parsePort parses a port label value; valid ports are 1-65535.
+func parsePort(s string) (int32, error) {
+	p, err := strconv.ParseInt(s, 10, 32)
+	if err != nil {
+		return 0, errors.New("not a decimal number")
+	}
+	if p < 1 || p > 65535 {
+		return 0, errors.New("out of range 1-65535")
+	}
+	return int32(p), nil
+}
+
+// parseCustomPaths splits the custom-paths annotation. Entries are trimmed, empty ones
+// dropped, invalid ones dropped with a problem, duplicates merged, and at most MaxCustomPaths
+// kept (in annotation order). The result is sorted.
+func parseCustomPaths(value string) (paths, problems []string) {
+	seen := map[string]bool{}
+	overflow := 0
+	for _, p := range strings.Split(value, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" || seen[p] {
+			continue
+		}
+		if err := ValidatePath(p); err != nil {
+			problems = append(problems, fmt.Sprintf("Ignoring custom path %q in annotation %s: %v",
+				truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, err))
+			continue
+		}
+		seen[p] = true
+		if len(paths) == MaxCustomPaths {
+			overflow++
+			continue
+		}
+		paths = append(paths, p)
+	}
+	if overflow > 0 {
+		problems = append(problems, fmt.Sprintf("Ignoring %d custom paths in annotation %s beyond the limit of %d",
+			overflow, modelv1alpha1.CustomPathsAnnotation, MaxCustomPaths))
+	}
+	slices.Sort(paths)
+	return paths, problems
+}
+
+// pathChars is the character rule of the HTTPRoute CRD for Exact and PathPrefix values.
+var pathChars = regexp.MustCompile(`^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$`)
+
+// ValidatePath checks a path prefix against the HTTPRoute CRD rules for PathPrefix values
+// (gateway-api v1.6.3 apis/v1/httproute_types.go, HTTPPathMatch).
+func ValidatePath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return errors.New(`must start with "/"`)
+	case len(p) > MaxPathLength:
+		return fmt.Errorf("must be at most %d characters", MaxPathLength)
+	case !pathChars.MatchString(p):
+		return errors.New("must contain only URL path characters (no whitespace, '?', '#' or bare '%')")
+	}
+	for _, bad := range []string{"//", "/./", "/../", "%2f", "%2F"} {
+		if strings.Contains(p, bad) {
+			return fmt.Errorf("must not contain %q", bad)
+		}
+	}
+	for _, bad := range []string{"/..", "/."} {
+		if strings.HasSuffix(p, bad) {
+			return fmt.Errorf("must not end with %q", bad)
+		}
+	}
+	return nil
+}
+
+// headerValue is the HTTPRoute header value pattern of the experimental channel: printable
+// US-ASCII, optionally separated by single spaces or tabs (RFC 7230). The standard channel
+// only limits length; requiring the pattern keeps routes valid on both channels and avoids
+// model names no HTTP client can send.
+var headerValue = regexp.MustCompile(`^[!-~]+([\t ]?[!-~]+)*$`)
+
+// ValidateModelName checks that a model name can be the value of the route's "model"
+// header match.
+func ValidateModelName(model string) error {
+	switch {
+	case model == "":
+		return errors.New("must not be empty")
+	case len(model) > MaxHeaderValueLength:
+		return fmt.Errorf("must be at most %d characters", MaxHeaderValueLength)
+	case !headerValue.MatchString(model):
+		return errors.New("must be printable US-ASCII, with single spaces or tabs only between other characters")
+	}
+	return nil
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// dedupSorted returns the distinct elements of in, sorted; in is not modified.
+func dedupSorted(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -3,15 +3,20 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -46,7 +51,52 @@ func Start(extraCRDDirs ...string) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	return &Env{Environment: env, Config: cfg}, nil
+	e := &Env{Environment: env, Config: cfg}
+	if err := e.Apply(filepath.Join(root, "hack", "testing", "loopback-endpointslices.yaml")); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Apply creates the objects of a multi-document YAML file (server-side apply, so it may be
+// repeated).
+func (e *Env) Apply(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(e.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Patch(context.Background(), u, client.Apply, client.FieldOwner("modelplane-tests"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
+		}
+	}
+}
+
+// TestAddress is the address the test clusters' admission policy stores for a loopback pod
+// IP: 127.0.X.Y becomes 198.18.X.Y (see hack/testing/loopback-endpointslices.yaml).
+func TestAddress(podIP string) string {
+	if rest, ok := strings.CutPrefix(podIP, "127."); ok {
+		if _, xy, ok := strings.Cut(rest, "."); ok {
+			return "198.18." + xy
+		}
+	}
+	return podIP
 }
 
 // RepoRoot is the directory holding go.work, found from the working directory upwards.

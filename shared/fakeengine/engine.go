@@ -1,0 +1,265 @@
+package fakeengine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind is the engine whose API an Engine serves.
+type Kind string
+
+// The supported engine kinds.
+const (
+	VLLM   Kind = "vllm"
+	SGLang Kind = "sglang"
+)
+
+const (
+	// DefaultRuntimePort is the port of the runtime sidecar.
+	DefaultRuntimePort = 8080
+	// DefaultBaseModel is the base model served when Options.BaseModel is empty.
+	DefaultBaseModel = "fake-base-model"
+)
+
+// Options configure one Engine.
+type Options struct {
+	// BaseModel is the id of the base model listed by /v1/models (DefaultBaseModel if empty).
+	BaseModel string
+	// Kind is the API served: VLLM (the default) or SGLang.
+	Kind Kind
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on every request
+	// except GET /health.
+	APIKey string
+	// Runtime also serves the runtime sidecar API on ip:RuntimePort.
+	Runtime bool
+	// RuntimePort is the sidecar port (DefaultRuntimePort if 0).
+	RuntimePort int
+	// Latency delays every request by this much, for benchmarks.
+	Latency time.Duration
+}
+
+// Counts is a snapshot of request counters.
+type Counts struct {
+	// Requests counts every request by "METHOD /path", whatever its outcome.
+	Requests map[string]int
+	// Loads, Unloads and Lists count authorized requests to the load endpoints (engine
+	// and sidecar), the unload endpoints and GET /v1/models, whatever their outcome.
+	Loads, Unloads, Lists int
+}
+
+func (c *Counts) add(o Counts) {
+	if c.Requests == nil {
+		c.Requests = map[string]int{}
+	}
+	for k, v := range o.Requests {
+		c.Requests[k] += v
+	}
+	c.Loads += o.Loads
+	c.Unloads += o.Unloads
+	c.Lists += o.Lists
+}
+
+type adapter struct {
+	path string
+	seq  uint64 // load order: /v1/models lists adapters in the order they were loaded
+}
+
+// Engine is the state of one fake pod's engine and its listeners.
+type Engine struct {
+	opts        Options
+	addr        string
+	runtimeAddr string
+	created     int64
+
+	mu       sync.Mutex
+	adapters map[string]adapter
+	seq      uint64
+	counts   Counts
+	faults   []Fault
+
+	inFlight  atomic.Int64 // requests being handled (tests check hangs end)
+	ctx       context.Context
+	cancel    context.CancelFunc
+	servers   []*http.Server
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var loopback = netip.MustParsePrefix("127.0.0.0/8")
+
+// checkIP accepts only IPv4 literals in 127.0.0.0/8.
+func checkIP(ip string) error {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return fmt.Errorf("fakeengine: invalid IP %q: %w", ip, err)
+	}
+	if !a.Is4() || !loopback.Contains(a) {
+		return fmt.Errorf("fakeengine: IP %s is not in 127.0.0.0/8", ip)
+	}
+	return nil
+}
+
+// Start starts an engine listening on ip:port, and on ip:RuntimePort if opts.Runtime. The IP
+// must be an IPv4 address in 127.0.0.0/8; port 0 picks a free port (see Addr). Call Close
+// when done.
+func Start(ip string, port int, opts Options) (*Engine, error) {
+	if err := checkIP(ip); err != nil {
+		return nil, err
+	}
+	if port < 0 || port > 65535 {
+		return nil, fmt.Errorf("fakeengine: invalid port %d", port)
+	}
+	switch opts.Kind {
+	case "":
+		opts.Kind = VLLM
+	case VLLM, SGLang:
+	default:
+		return nil, fmt.Errorf("fakeengine: unknown engine kind %q", opts.Kind)
+	}
+	if opts.BaseModel == "" {
+		opts.BaseModel = DefaultBaseModel
+	}
+	if opts.RuntimePort == 0 {
+		opts.RuntimePort = DefaultRuntimePort
+	}
+	if opts.Runtime && (opts.RuntimePort < 0 || opts.RuntimePort > 65535 || opts.RuntimePort == port) {
+		return nil, fmt.Errorf("fakeengine: invalid runtime port %d (engine port %d)", opts.RuntimePort, port)
+	}
+
+	ln, err := net.Listen("tcp4", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("fakeengine: %w", err)
+	}
+	var rln net.Listener
+	if opts.Runtime {
+		rln, err = net.Listen("tcp4", net.JoinHostPort(ip, strconv.Itoa(opts.RuntimePort)))
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("fakeengine: runtime sidecar: %w", err)
+		}
+	}
+
+	e := &Engine{
+		opts:     opts,
+		addr:     ln.Addr().String(),
+		created:  time.Now().Unix(),
+		adapters: map[string]adapter{},
+		counts:   Counts{Requests: map[string]int{}},
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.serve(ln, e.engineRoutes())
+	if rln != nil {
+		e.runtimeAddr = rln.Addr().String()
+		e.serve(rln, e.runtimeRoutes())
+	}
+	return e, nil
+}
+
+func (e *Engine) serve(ln net.Listener, routes map[string]route) {
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.handle(w, r, routes) }),
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return e.ctx },
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	e.servers = append(e.servers, srv)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		_ = srv.Serve(ln)
+	}()
+}
+
+// Close stops the listeners, drops requests still in progress (hanging ones included) and
+// waits for every goroutine of the engine to end. It may be called more than once.
+func (e *Engine) Close() {
+	e.closeOnce.Do(func() {
+		e.cancel() // ends latency sleeps and hangs
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range e.servers {
+			if err := s.Shutdown(ctx); err != nil {
+				_ = s.Close()
+			}
+		}
+		e.wg.Wait()
+	})
+}
+
+// Addr is the engine's listen address, "ip:port".
+func (e *Engine) Addr() string { return e.addr }
+
+// RuntimeAddr is the runtime sidecar's listen address, or "" without Options.Runtime.
+func (e *Engine) RuntimeAddr() string { return e.runtimeAddr }
+
+// Kind is the API the engine serves.
+func (e *Engine) Kind() Kind { return e.opts.Kind }
+
+// Loaded returns the names of the loaded adapters, sorted.
+func (e *Engine) Loaded() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.adapters))
+	for n := range e.adapters {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Adapters returns the loaded adapters' paths by name (for the sidecar: the artifact URL).
+func (e *Engine) Adapters() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := make(map[string]string, len(e.adapters))
+	for n, a := range e.adapters {
+		m[n] = a.path
+	}
+	return m
+}
+
+// Restart forgets every loaded adapter, as an engine restart does. Counters and faults are
+// kept.
+func (e *Engine) Restart() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	clear(e.adapters)
+}
+
+// Counts returns a snapshot of the counters.
+func (e *Engine) Counts() Counts {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.counts
+	c.Requests = make(map[string]int, len(e.counts.Requests))
+	for k, v := range e.counts.Requests {
+		c.Requests[k] = v
+	}
+	return c
+}
+
+// Requests counts every request received by "METHOD /path" (e.g. "POST
+// /v1/load_lora_adapter"), whatever its outcome; the map is a copy.
+func (e *Engine) Requests() map[string]int { return e.Counts().Requests }
+
+// Loads counts authorized requests to a load endpoint (engine or sidecar), faulted ones
+// included.
+func (e *Engine) Loads() int { e.mu.Lock(); defer e.mu.Unlock(); return e.counts.Loads }
+
+// Unloads counts authorized requests to an unload endpoint (engine or sidecar), faulted ones
+// included.
+func (e *Engine) Unloads() int { e.mu.Lock(); defer e.mu.Unlock(); return e.counts.Unloads }
+
+// Lists counts authorized GET /v1/models requests, faulted ones included.
+func (e *Engine) Lists() int { e.mu.Lock(); defer e.mu.Unlock(); return e.counts.Lists }

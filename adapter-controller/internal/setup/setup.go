@@ -5,6 +5,8 @@ package setup
 import (
 	"context"
 	"flag"
+	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,9 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
@@ -27,16 +33,37 @@ const ControllerName = "adapter-controller"
 // Options are the shared options plus this binary's own.
 type Options struct {
 	*app.Options
+	Adapter       adapter.Options
+	EngineTimeout time.Duration
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Options: app.NewOptions(ControllerName)}
+	return &Options{Options: app.NewOptions(ControllerName), Adapter: adapter.DefaultOptions(), EngineTimeout: 10 * time.Second}
 }
 
 // AddFlags registers every flag of the binary.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Options.AddFlags(fs)
+	fs.IntVar(&o.Adapter.MaxConcurrentReconciles, "max-concurrent-reconciles", o.Adapter.MaxConcurrentReconciles, "ModelAdapters reconciled in parallel.")
+	fs.DurationVar(&o.Adapter.InventoryPeriod, "inventory-period", o.Adapter.InventoryPeriod, "How often each engine pod is asked which adapters it holds (one GET /v1/models per pod, shared by all adapters).")
+	fs.IntVar(&o.Adapter.MaxParallelEngineCalls, "max-parallel-engine-calls", o.Adapter.MaxParallelEngineCalls, "Engine load/unload/list calls in flight at once, across all adapters and pods.")
+	fs.IntVar(&o.Adapter.RetryLimit, "load-retry-limit", o.Adapter.RetryLimit, "Failed loads on a pod before the adapter reports Failed (retries continue at the maximum backoff).")
+	fs.DurationVar(&o.Adapter.BaseBackoff, "load-backoff-base", o.Adapter.BaseBackoff, "First wait after a failed load or unload on a pod; doubles per failure.")
+	fs.DurationVar(&o.Adapter.MaxBackoff, "load-backoff-max", o.Adapter.MaxBackoff, "Longest wait between retries on a pod.")
+	fs.IntVar(&o.Adapter.DeletionRetryLimit, "deletion-retry-limit", o.Adapter.DeletionRetryLimit, "Unload attempts on deletion before the finalizer is released anyway (with a Warning event).")
+	fs.DurationVar(&o.EngineTimeout, "engine-timeout", o.EngineTimeout, "Timeout of one engine HTTP request.")
+}
+
+// Validate checks every option.
+func (o *Options) Validate() error {
+	if err := o.Options.Validate(); err != nil {
+		return err
+	}
+	if o.EngineTimeout <= 0 {
+		return fmt.Errorf("--engine-timeout must be positive, got %s", o.EngineTimeout)
+	}
+	return o.Adapter.Validate()
 }
 
 // Scheme holds the types the binary reads and writes.
@@ -64,20 +91,46 @@ func Resources() []syncgate.Resource {
 	}
 }
 
-// Run builds the manager, declares the caches and runs until ctx ends.
-func Run(ctx context.Context, o *Options) error {
+// CacheScopes keep the caches small: model pods only, and only the Services and
+// EndpointSlices this controller manages.
+func CacheScopes() map[client.Object]cache.ByObject {
+	owned := labels.SelectorFromSet(labels.Set{adapter.ManagedByLabel: adapter.ManagedByValue})
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                {Label: PodSelector()},
+		&corev1.Service{}:            {Label: owned},
+		&discoveryv1.EndpointSlice{}: {Label: owned},
+	}
+}
+
+// Run builds the manager, declares the caches, sets the controller up and runs until ctx
+// ends. restConfig overrides the kubeconfig lookup (tests); nil uses the flags.
+func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("invalid options: %w", err)
+	}
 	a, err := app.New(o.Options, app.Config{
 		Controller: ControllerName,
 		Scheme:     Scheme(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: PodSelector()},
-		},
+		ByObject:   CacheScopes(),
+		RESTConfig: restConfig,
 	})
 	if err != nil {
 		return err
 	}
 	if err := a.Gate.Register(ctx, Resources()...); err != nil {
 		return err
+	}
+	eng, err := engine.New(engine.Options{Timeout: o.EngineTimeout, Observer: adapter.ObserveEngineRequest})
+	if err != nil {
+		return err
+	}
+	r, err := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
+		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, o.Adapter)
+	if err != nil {
+		return err
+	}
+	if err := r.SetupWithManager(a.Manager); err != nil {
+		return fmt.Errorf("setting up the ModelAdapter controller: %w", err)
 	}
 	return a.Run(ctx)
 }

@@ -1,0 +1,10 @@
+// Package adapter reconciles ModelAdapters: it picks engine pods, loads and unloads the LoRA
+// adapter through the engines' HTTP APIs, keeps a headless Service and EndpointSlice per
+// adapter and reports AIBrix-compatible status.
+//
+// The reconciler is level-triggered: each pass computes the candidates from the Pod cache,
+// chooses the pods (placement.go), compares with what the engines report (inventory.go) and
+// loads or unloads the difference, with a backoff per (adapter, pod). Drift - an engine that
+// restarted and forgot its adapters - is found by one periodic GET /v1/models per engine pod,
+// shared by every adapter, which enqueues the adapters missing there.
+package adapter

@@ -1,0 +1,246 @@
+package adapter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
+
+const (
+	// Finalizer holds a ModelAdapter until it is unloaded from its pods.
+	Finalizer = "modelplane.io/unload-adapter"
+	// ManagedByLabel marks the Services and EndpointSlices this controller owns; the caches
+	// of those kinds are scoped to it.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel.
+	ManagedByValue = "modelplane-adapter-controller"
+	// EndpointSliceManagedBy is the endpointslice.kubernetes.io/managed-by value.
+	EndpointSliceManagedBy = "adapter-controller.modelplane.io"
+	// APIKeySecretKey is the entry of credentialsSecretRef sent to engines as a bearer token.
+	APIKeySecretKey = "api-key"
+)
+
+// Options tune the reconciler.
+type Options struct {
+	MaxConcurrentReconciles int
+	// InventoryPeriod is how often each engine pod is asked for its adapters.
+	InventoryPeriod time.Duration
+	// MaxParallelEngineCalls bounds load/unload/list calls in flight across all adapters.
+	MaxParallelEngineCalls int
+	// RetryLimit is the number of failed loads on a pod after which the adapter is Failed
+	// (retries continue at the maximum backoff).
+	RetryLimit int
+	// BaseBackoff and MaxBackoff bound the wait between retries per (adapter, pod).
+	BaseBackoff, MaxBackoff time.Duration
+	// DeletionRetryLimit is how many unload attempts deletion makes before it releases the
+	// finalizer anyway (with a Warning event), so an unreachable pod never blocks deletion.
+	DeletionRetryLimit int
+}
+
+// DefaultOptions returns production defaults.
+func DefaultOptions() Options {
+	return Options{
+		MaxConcurrentReconciles: 4,
+		InventoryPeriod:         30 * time.Second,
+		MaxParallelEngineCalls:  32,
+		RetryLimit:              5,
+		BaseBackoff:             time.Second,
+		MaxBackoff:              2 * time.Minute,
+		DeletionRetryLimit:      5,
+	}
+}
+
+// Validate reports bad options.
+func (o Options) Validate() error {
+	switch {
+	case o.MaxConcurrentReconciles < 1:
+		return fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles)
+	case o.InventoryPeriod < time.Second:
+		return fmt.Errorf("--inventory-period must be at least 1s, got %s", o.InventoryPeriod)
+	case o.MaxParallelEngineCalls < 1:
+		return fmt.Errorf("--max-parallel-engine-calls must be at least 1, got %d", o.MaxParallelEngineCalls)
+	case o.RetryLimit < 1 || o.DeletionRetryLimit < 1:
+		return fmt.Errorf("retry limits must be at least 1, got %d and %d", o.RetryLimit, o.DeletionRetryLimit)
+	case o.BaseBackoff <= 0 || o.MaxBackoff < o.BaseBackoff:
+		return fmt.Errorf("backoff must satisfy 0 < base (%s) <= max (%s)", o.BaseBackoff, o.MaxBackoff)
+	}
+	return nil
+}
+
+// Reconciler reconciles ModelAdapters.
+type Reconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	engine    engine.Client
+	recorder  events.EventRecorder
+	clock     clock.WithTicker
+	opts      Options
+	inventory *Inventory
+	backoff   *backoffs
+	slots     chan struct{}
+	deletions *backoffs
+}
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// NewReconciler builds the reconciler. apiReader reads Secrets uncached (only the ones
+// adapters reference, never a cluster-wide Secret cache).
+func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Reconciler, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Reconciler{
+		client: c, apiReader: apiReader, engine: eng, recorder: recorder, clock: clk, opts: opts,
+		backoff:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
+		deletions: newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
+		slots:     make(chan struct{}, opts.MaxParallelEngineCalls),
+	}
+	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk)
+	r.inventory.apiKey = func(ctx context.Context, a *v1alpha1.ModelAdapter) string {
+		key, _, _ := r.credentials(ctx, a)
+		return key
+	}
+	RegisterMetrics()
+	adaptersByPhase.setReader(c)
+	return r, nil
+}
+
+// SetupWithManager registers the controller and the inventory poller on the (gated)
+// manager: both start only after every cache has synced.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("modeladapter").
+		For(&v1alpha1.ModelAdapter{}).
+		Owns(&corev1.Service{}).
+		Owns(&discoveryv1.EndpointSlice{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToAdapters), builder.WithPredicates(podServingChanged())).
+		WatchesRawSource(source.Channel(r.inventory.events, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
+		Complete(r)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(r.inventory)
+}
+
+// Reconcile brings one ModelAdapter to its desired state.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := klog.FromContext(ctx).WithValues("modeladapter", req.NamespacedName)
+	ctx = klog.NewContext(ctx, log)
+
+	a := &v1alpha1.ModelAdapter{}
+	if err := r.client.Get(ctx, req.NamespacedName, a); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.backoff.forgetAdapter(req.Namespace, req.Name)
+			r.deletions.forgetAdapter(req.Namespace, req.Name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if !a.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, a)
+	}
+	if !controllerutil.ContainsFinalizer(a, Finalizer) {
+		patch := client.MergeFrom(a.DeepCopy())
+		controllerutil.AddFinalizer(a, Finalizer)
+		if err := r.client.Patch(ctx, a, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	p := newPass(a)
+	r.resolveSpec(ctx, p)
+	r.choosePods(ctx, p)
+	r.syncEngines(ctx, p)
+	if err := r.syncResources(ctx, p); err != nil {
+		p.resourceErr = err
+	}
+	if err := r.writeStatus(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
+	if p.resourceErr != nil {
+		return reconcile.Result{}, p.resourceErr
+	}
+	return p.result(), nil
+}
+
+// podToAdapters maps a pod to the adapters in its namespace that select it or list it as
+// an instance (so a pod that stops matching is unloaded).
+func (r *Reconciler) podToAdapters(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.ModelAdapterList
+	if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing adapters for a pod event", "pod", klog.KObj(obj))
+		return nil
+	}
+	podLabels := labels.Set(obj.GetLabels())
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		a := &list.Items[i]
+		if selectsPod(a, podLabels) || containsString(a.Status.Instances, obj.GetName()) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(a)})
+		}
+	}
+	return reqs
+}
+
+func selectsPod(a *v1alpha1.ModelAdapter, podLabels labels.Set) bool {
+	sel, err := selectorOf(a)
+	return err == nil && sel.Matches(podLabels)
+}
+
+// podServingChanged passes pod events that can change placement: creation, deletion, and
+// updates of readiness, IP, labels or termination.
+func podServingChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okOld := e.ObjectOld.(*corev1.Pod)
+			n, okNew := e.ObjectNew.(*corev1.Pod)
+			if !okOld || !okNew {
+				return true
+			}
+			return podServes(o) != podServes(n) || o.Status.PodIP != n.Status.PodIP ||
+				!labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+		},
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

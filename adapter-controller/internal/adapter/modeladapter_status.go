@@ -1,0 +1,201 @@
+package adapter
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// Condition and event reasons.
+const (
+	ReasonInitialized         = "Initialized"
+	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonSecretUnavailable   = "SecretUnavailable"
+	ReasonInternalError       = "InternalError"
+	ReasonScheduled           = "Scheduled"
+	ReasonUnknownScheduler    = "UnknownSchedulerDefaultUsed"
+	ReasonNoCandidates        = "NoCandidates"
+	ReasonBound               = "Bound"
+	ReasonLoading             = "Loading"
+	ReasonLoadFailed          = "LoadFailed"
+	ReasonNotVerified         = "NotVerified"
+	ReasonResourcesCreated    = "ResourcesCreated"
+	ReasonServiceConflict     = "ServiceConflict"
+	ReasonServiceFailed       = "ServiceFailed"
+	ReasonEndpointSliceFailed = "EndpointSliceFailed"
+	ReasonReady               = "Ready"
+	ReasonPartiallyReady      = "PartiallyReady"
+	ReasonLoaded              = "Loaded"
+	ReasonUnloaded            = "Unloaded"
+	ReasonUnloadFailed        = "UnloadFailed"
+	ReasonUnloadAbandoned     = "UnloadAbandoned"
+)
+
+func intOrPort(p int32) intstr.IntOrString { return intstr.FromInt32(p) }
+
+// computeStatus derives the whole status from the pass.
+func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
+	a := p.adapter
+	st := *a.Status.DeepCopy()
+	gen := a.Generation
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+	}
+
+	if p.specErr != nil {
+		set(v1alpha1.ConditionInitialized, false, p.specReason, p.specErr.Error())
+		set(v1alpha1.ConditionReady, false, p.specReason, p.specErr.Error())
+		st.Phase = v1alpha1.ModelAdapterFailed
+		if p.specReason == ReasonInternalError {
+			st.Phase = v1alpha1.ModelAdapterUnknown
+		}
+		return st
+	}
+	set(v1alpha1.ConditionInitialized, true, ReasonInitialized, "Spec accepted")
+
+	st.Candidates = int32(len(p.candidates))
+	st.DesiredReplicas = int32(len(p.desired))
+	st.ReadyReplicas = int32(len(p.instances))
+	st.Instances = nil
+	for _, pod := range p.instances {
+		st.Instances = append(st.Instances, pod.Name)
+	}
+	slices.Sort(st.Instances)
+
+	switch {
+	case len(p.desired) == 0:
+		msg := "No Ready pod with an IP matches the pod selector"
+		if p.excluded > 0 {
+			msg += fmt.Sprintf("; %d matching pods serve another base model than %q", p.excluded, *a.Spec.BaseModel)
+		}
+		set(v1alpha1.ConditionScheduled, false, ReasonNoCandidates, msg)
+	case p.unknownPolicy:
+		set(v1alpha1.ConditionScheduled, true, ReasonUnknownScheduler,
+			fmt.Sprintf("Unknown schedulerName %q; used %s: %d of %d candidates chosen", a.Spec.SchedulerName, p.policy, len(p.desired), len(p.candidates)))
+	default:
+		set(v1alpha1.ConditionScheduled, true, ReasonScheduled,
+			fmt.Sprintf("%d of %d candidates chosen (%s)", len(p.desired), len(p.candidates), p.policy))
+	}
+
+	failMsg := failureMessage(p)
+	switch {
+	case len(p.instances) > 0:
+		set(v1alpha1.ConditionBound, true, ReasonBound, fmt.Sprintf("Loaded and verified on %d pods", len(p.instances)))
+	case len(p.failures) > 0:
+		set(v1alpha1.ConditionBound, false, failReason(p), failMsg)
+	default:
+		set(v1alpha1.ConditionBound, false, ReasonLoading, "Not loaded on any pod yet")
+	}
+
+	if p.resourcesReady {
+		set(v1alpha1.ConditionResourceCreated, true, ReasonResourcesCreated, "Service and EndpointSlice are up to date")
+	} else if p.resourceReason != "" {
+		set(v1alpha1.ConditionResourceCreated, false, p.resourceReason, p.resourceMsg)
+	}
+
+	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && p.resourcesReady
+	switch {
+	case ready:
+		set(v1alpha1.ConditionReady, true, ReasonReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
+	case len(p.failures) > 0:
+		set(v1alpha1.ConditionReady, false, failReason(p), failMsg)
+	case len(p.desired) == 0:
+		set(v1alpha1.ConditionReady, false, ReasonNoCandidates, "No pod to load the adapter on")
+	default:
+		set(v1alpha1.ConditionReady, false, ReasonPartiallyReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
+	}
+
+	switch {
+	case ready:
+		st.Phase = v1alpha1.ModelAdapterRunning
+	case p.failedHard:
+		st.Phase = v1alpha1.ModelAdapterFailed
+	case len(p.instances) > 0 && p.resourcesReady:
+		st.Phase = v1alpha1.ModelAdapterResourceCreated
+	case len(p.instances) > 0:
+		st.Phase = v1alpha1.ModelAdapterBound
+	case len(p.desired) > 0:
+		st.Phase = v1alpha1.ModelAdapterScheduled
+	default:
+		st.Phase = v1alpha1.ModelAdapterPending
+	}
+	return st
+}
+
+// failReason is the classified reason of the most frequent failure of this pass.
+func failReason(p *pass) string {
+	counts := map[string]int{}
+	for _, f := range p.failures {
+		counts[string(engine.ReasonOf(f.err))]++
+	}
+	best := ReasonLoadFailed
+	n := 0
+	for r, c := range counts {
+		if r != "" && (c > n || (c == n && r < best)) {
+			best, n = r, c
+		}
+	}
+	return best
+}
+
+// failureMessage lists the failing pods with the engine's message, bounded in size.
+func failureMessage(p *pass) string {
+	type f struct {
+		pod string
+		podError
+	}
+	var list []f
+	for pod, e := range p.failures {
+		list = append(list, f{pod, e})
+	}
+	slices.SortFunc(list, func(x, y f) int { return cmp.Compare(x.pod, y.pod) })
+	var b strings.Builder
+	for i, e := range list {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more pods", len(list)-3)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "pod %s (%d attempts): %v", e.pod, e.failures, e.err)
+	}
+	msg := b.String()
+	if len(msg) > 2048 {
+		msg = msg[:2048]
+	}
+	return msg
+}
+
+// writeStatus writes the status once, only when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
+	st := computeStatus(p)
+	if equality.Semantic.DeepEqual(st, p.adapter.Status) {
+		return nil
+	}
+	patch := client.MergeFrom(p.adapter.DeepCopy())
+	p.adapter.Status = st
+	if err := r.client.Status().Patch(ctx, p.adapter, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}

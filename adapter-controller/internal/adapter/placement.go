@@ -1,0 +1,83 @@
+package adapter
+
+import (
+	"cmp"
+	"hash/fnv"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Policy names accepted in spec.schedulerName.
+const (
+	PolicyDefault       = "default"
+	PolicyLeastAdapters = "least-adapters"
+	PolicyRandom        = "random"
+	PolicyBinPack       = "bin-pack"
+)
+
+// policyFor maps spec.schedulerName to a policy; known is false for an unknown name, which
+// falls back to the default policy.
+func policyFor(name string) (policy string, known bool) {
+	switch name {
+	case "", PolicyDefault, PolicyLeastAdapters:
+		return PolicyLeastAdapters, true
+	case PolicyRandom, PolicyBinPack:
+		return name, true
+	default:
+		return PolicyLeastAdapters, false
+	}
+}
+
+// place chooses the pods the adapter should be on. With replicas nil, every candidate.
+// Otherwise pods that already hold the adapter and are still candidates keep it (stable
+// assignment); the remaining slots are filled by the policy. load reports how many adapters
+// a pod holds. seed makes "random" deterministic per adapter, so repeated reconciles agree.
+func place(candidates []*corev1.Pod, current map[string]bool, replicas *int32, policy string, load func(pod string) int, seed string) []*corev1.Pod {
+	if replicas == nil {
+		return candidates
+	}
+	want := int(*replicas)
+	if want >= len(candidates) {
+		return candidates
+	}
+	chosen := make([]*corev1.Pod, 0, want)
+	var rest []*corev1.Pod
+	for _, p := range candidates {
+		if current[p.Name] && len(chosen) < want {
+			chosen = append(chosen, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	switch policy {
+	case PolicyBinPack:
+		slices.SortStableFunc(rest, func(a, b *corev1.Pod) int {
+			return cmp.Or(cmp.Compare(load(b.Name), load(a.Name)), cmp.Compare(a.Name, b.Name))
+		})
+	case PolicyRandom:
+		slices.SortStableFunc(rest, func(a, b *corev1.Pod) int {
+			return cmp.Or(cmp.Compare(hash(seed, a.Name), hash(seed, b.Name)), cmp.Compare(a.Name, b.Name))
+		})
+	default:
+		slices.SortStableFunc(rest, func(a, b *corev1.Pod) int {
+			return cmp.Or(cmp.Compare(load(a.Name), load(b.Name)), cmp.Compare(a.Name, b.Name))
+		})
+	}
+	for _, p := range rest {
+		if len(chosen) == want {
+			break
+		}
+		chosen = append(chosen, p)
+	}
+	slices.SortFunc(chosen, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	return chosen
+}
+
+func hash(seed, name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(seed))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}

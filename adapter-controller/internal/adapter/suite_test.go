@@ -1,0 +1,233 @@
+package adapter_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/shared/testenv"
+)
+
+var (
+	env *testenv.Env
+	k8s client.Client
+	// nextIP hands each test its own loopback addresses (127.0.20.1, 127.0.20.2, ...).
+	nextIP atomic.Int32
+)
+
+const inventoryPeriod = time.Second
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	var err error
+	if env, err = testenv.Start(); err != nil {
+		panic(err)
+	}
+	if k8s, err = client.New(env.Config, client.Options{Scheme: setup.Scheme()}); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- setup.Run(ctx, testOptions(), env.Config) }()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "controller:", err)
+		code = 1
+	}
+	if n := panics(); n > 0 {
+		fmt.Fprintf(os.Stderr, "controller_runtime_reconcile_panics_total = %v\n", n)
+		code = 1
+	}
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+func testOptions() *setup.Options {
+	o := setup.NewOptions()
+	o.MetricsBindAddress = "0"
+	o.HealthProbeBindAddress = freeAddr()
+	o.Adapter.InventoryPeriod = inventoryPeriod
+	o.Adapter.RetryLimit = 2
+	o.Adapter.BaseBackoff = 200 * time.Millisecond
+	o.Adapter.MaxBackoff = time.Second
+	o.Adapter.DeletionRetryLimit = 2
+	o.EngineTimeout = 2 * time.Second
+	o.GracefulShutdownTimeout = 5 * time.Second
+	return o
+}
+
+func panics() float64 {
+	families, _ := crmetrics.Registry.Gather()
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == "controller_runtime_reconcile_panics_total" {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func needEnv(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs envtest")
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "adapter-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newIP returns an unused loopback address for a fake engine pod.
+func newIP() string {
+	n := nextIP.Add(1)
+	return fmt.Sprintf("127.0.%d.%d", 20+n/250, 1+n%250)
+}
+
+// engine starts a fake engine on ip:port, closed at the end of the test.
+func engine(t *testing.T, ip string, port int, opts fakeengine.Options) *fakeengine.Engine {
+	t.Helper()
+	e, err := fakeengine.Start(ip, port, opts)
+	if err != nil {
+		t.Fatalf("starting a fake engine on %s:%d: %v", ip, port, err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// modelPod creates a Ready pod with the given IP, as a kubelet would report it.
+func modelPod(t *testing.T, ns, name, ip string, labels map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	ctx := ctxFor(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}},
+	}
+	for _, m := range mutate {
+		m(pod)
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func modelLabels(model string) map[string]string {
+	return map[string]string{v1alpha1.ModelNameLabel: model, v1alpha1.AdapterEnabledLabel: "true"}
+}
+
+func newAdapter(ns, name, model string, mutate ...func(*v1alpha1.ModelAdapter)) *v1alpha1.ModelAdapter {
+	a := &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.ModelAdapterSpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: modelLabels(model)},
+			ArtifactURL: "huggingface://org/" + name,
+		},
+	}
+	for _, m := range mutate {
+		m(a)
+	}
+	return a
+}
+
+// waitAdapter polls the adapter until cond holds, failing with what and the last status.
+func waitAdapter(t *testing.T, key types.NamespacedName, timeout time.Duration, what string, cond func(*v1alpha1.ModelAdapter) bool) *v1alpha1.ModelAdapter {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	a := &v1alpha1.ModelAdapter{}
+	for {
+		err := k8s.Get(context.Background(), key, a)
+		if err == nil && cond(a) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last error %v, status %+v", timeout, what, err, a.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func running(n int) func(*v1alpha1.ModelAdapter) bool {
+	return func(a *v1alpha1.ModelAdapter) bool {
+		return a.Status.Phase == v1alpha1.ModelAdapterRunning && len(a.Status.Instances) == n
+	}
+}
+
+func condition(a *v1alpha1.ModelAdapter, t string) *metav1.Condition {
+	for i := range a.Status.Conditions {
+		if a.Status.Conditions[i].Type == t {
+			return &a.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func joined(s []string) string { return strings.Join(s, ",") }
+
+type metav1OwnerReference = metav1.OwnerReference
+
+func metav1ObjectMeta(ns, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name}
+}
+
+type eventsList = eventsv1.EventList

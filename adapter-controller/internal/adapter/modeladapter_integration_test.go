@@ -233,7 +233,7 @@ func TestFailingEngineThenHeals(t *testing.T) {
 	failed := waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Failed", func(a *v1alpha1.ModelAdapter) bool {
 		return a.Status.Phase == v1alpha1.ModelAdapterFailed
 	})
-	c := condition(failed, v1alpha1.ConditionReady)
+	c := readyCondition(failed)
 	if c == nil || c.Status != "False" || c.Reason != "LoRAUpdatingDisabled" || !strings.Contains(c.Message, "f-0") {
 		t.Errorf("Ready condition %+v, want False/LoRAUpdatingDisabled naming pod f-0", c)
 	}
@@ -283,10 +283,10 @@ func TestSGLangAndRuntimeSidecar(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitAdapter(t, client.ObjectKeyFromObject(plain), 30*time.Second, "a classified failure", func(a *v1alpha1.ModelAdapter) bool {
-		c := condition(a, v1alpha1.ConditionReady)
+		c := readyCondition(a)
 		return c != nil && c.Reason == "ArtifactNeedsRuntime"
 	})
-	if c := condition(got, v1alpha1.ConditionReady); !strings.Contains(c.Message, "aibrix-runtime") {
+	if c := readyCondition(got); !strings.Contains(c.Message, "aibrix-runtime") {
 		t.Errorf("message %q does not say the sidecar is needed", c.Message)
 	}
 }
@@ -323,7 +323,7 @@ func TestAPIKeyFromSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := waitAdapter(t, client.ObjectKeyFromObject(bad), 30*time.Second, "EngineUnauthorized", func(a *v1alpha1.ModelAdapter) bool {
-		c := condition(a, v1alpha1.ConditionReady)
+		c := readyCondition(a)
 		return c != nil && c.Reason == "EngineUnauthorized"
 	})
 	if strings.Contains(fmt.Sprintf("%+v", failed.Status), "sk-wrong-456") {

@@ -40,7 +40,7 @@ func enginePort(p *pass) int32 {
 // reported, never modified.
 func (r *Reconciler) syncResources(ctx context.Context, p *pass) error {
 	if p.specErr != nil {
-		return nil
+		return nil //nolint:nilerr // an unusable spec is reported in the status; there is nothing to publish
 	}
 	a := p.adapter
 	port := enginePort(p)

@@ -213,9 +213,10 @@ func running(n int) func(*v1alpha1.ModelAdapter) bool {
 	}
 }
 
-func condition(a *v1alpha1.ModelAdapter, t string) *metav1.Condition {
+// readyCondition returns the Ready condition of the adapter, or nil.
+func readyCondition(a *v1alpha1.ModelAdapter) *metav1.Condition {
 	for i := range a.Status.Conditions {
-		if a.Status.Conditions[i].Type == t {
+		if a.Status.Conditions[i].Type == v1alpha1.ConditionReady {
 			return &a.Status.Conditions[i]
 		}
 	}

@@ -1,0 +1,66 @@
+package adapter_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/fakeengine"
+)
+
+// TestFiftyAdaptersOnTenPods loads 50 adapters on 10 pods (500 loads) and reports the time to
+// all Running and the engine traffic per inventory period, which must be one list per pod
+// whatever the number of adapters. The figures are logged for the record, not asserted.
+func TestFiftyAdaptersOnTenPods(t *testing.T) {
+	needEnv(t)
+	const adapters, podCount = 50, 10
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	var engines []*fakeengine.Engine
+	for i := range podCount {
+		ip := newIP()
+		engines = append(engines, engine(t, ip, 8000, fakeengine.Options{}))
+		modelPod(t, ns, fmt.Sprintf("scale-%d", i), ip, modelLabels("scale"))
+	}
+	start := time.Now()
+	var created []*v1alpha1.ModelAdapter
+	for i := range adapters {
+		a := newAdapter(ns, fmt.Sprintf("lora-%02d", i), "scale")
+		if err := k8s.Create(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, a)
+	}
+	for _, a := range created {
+		waitAdapter(t, client.ObjectKeyFromObject(a), 2*time.Minute, a.Name+" Running on all pods", running(podCount))
+	}
+	took := time.Since(start)
+	loads := 0
+	for _, e := range engines {
+		if n := len(e.Loaded()); n != adapters {
+			t.Errorf("an engine holds %d adapters, want %d", n, adapters)
+		}
+		loads += e.Loads()
+	}
+	t.Logf("%d adapters x %d pods: all Running after %s (%d load calls, %.0f loads/s)",
+		adapters, podCount, took.Round(time.Millisecond), loads, float64(loads)/took.Seconds())
+
+	before := 0
+	for _, e := range engines {
+		before += e.Lists()
+	}
+	const periods = 3
+	time.Sleep(periods * inventoryPeriod)
+	after := 0
+	for _, e := range engines {
+		after += e.Lists()
+	}
+	perPodPerPeriod := float64(after-before) / periods / podCount
+	t.Logf("engine list requests per inventory period: %.2f per pod (%d adapters per pod)", perPodPerPeriod, adapters)
+	if perPodPerPeriod > 1.5 {
+		t.Errorf("%.2f list requests per pod per period, want about 1 independent of the %d adapters", perPodPerPeriod, adapters)
+	}
+}

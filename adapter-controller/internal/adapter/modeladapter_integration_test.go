@@ -89,6 +89,20 @@ func TestLoadOnAllPods(t *testing.T) {
 	if joined(addrs) != joined(want) || eps.Labels[discoveryv1.LabelServiceName] != a.Name || eps.Labels[discoveryv1.LabelManagedBy] == "" || *eps.Ports[0].Port != 8000 {
 		t.Errorf("EndpointSlice: addresses %v (want %v), labels %v", addrs, want, eps.Labels)
 	}
+	for _, m := range []struct {
+		family string
+		labels map[string]string
+	}{
+		{"modelplane_adapter_loads_total", map[string]string{"engine": "vllm", "result": "success"}},
+		{"modelplane_engine_requests_total", map[string]string{"engine": "vllm", "op": "load", "code": "200"}},
+		{"modelplane_engine_requests_total", map[string]string{"engine": "vllm", "op": "list", "code": "200"}},
+		{"modelplane_adapters", map[string]string{"phase": "Running"}},
+		{"modelplane_adapter_load_duration_seconds", nil},
+	} {
+		if v := metricValue(t, m.family, m.labels); v < 1 {
+			t.Errorf("%s%v = %v, want >= 1", m.family, m.labels, v)
+		}
+	}
 	rv := eps.ResourceVersion
 	time.Sleep(3 * inventoryPeriod)
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), eps); err != nil || eps.ResourceVersion != rv {

@@ -232,3 +232,33 @@ func metav1ObjectMeta(ns, name string) metav1.ObjectMeta {
 }
 
 type eventsList = eventsv1.EventList
+
+// metricValue sums the counter, gauge or histogram count of the series of a family whose
+// labels include want.
+func metricValue(t *testing.T, family string, want map[string]string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return total
+}

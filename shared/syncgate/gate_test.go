@@ -108,9 +108,9 @@ func TestGateHoldsUntilSlowResourceSyncs(t *testing.T) {
 	const name = "gate-holds"
 	seedConfigMap(t, "gate-holds")
 	proxy := newSlowProxy(t, env.Config)
-	proxy.delay("/api/v1/pods", delay)
+	proxy.Delay("/api/v1/pods", delay)
 
-	a, addr := newApp(t, name, proxy.config(), 30*time.Second)
+	a, addr := newApp(t, name, proxy.Config(), 30*time.Second)
 	if err := a.Gate.Register(context.Background(), syncgate.Typed(&corev1.ConfigMap{}), syncgate.Typed(&corev1.Pod{})); err != nil {
 		t.Fatal(err)
 	}

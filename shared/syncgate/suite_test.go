@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,58 +56,15 @@ func needEnv(t *testing.T) {
 	}
 }
 
-// slowProxy forwards plain HTTP to the API server with the admin identity and holds back
-// the initial list of the matching requests. client-go fills informers with a streaming
-// watch-list (watch=true&sendInitialEvents=true), so both that and a plain LIST are delayed;
-// follow-up watches are not.
-type slowProxy struct {
-	*httptest.Server
-	delayed sync.Map // path -> time.Duration
-}
-
-func newSlowProxy(t *testing.T, cfg *rest.Config) *slowProxy {
+func newSlowProxy(t *testing.T, cfg *rest.Config) *testenv.SlowProxy {
 	t.Helper()
-	target, err := url.Parse(cfg.Host)
+	p, err := testenv.NewSlowProxy(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	transport, err := rest.TransportFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &slowProxy{}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(target)
-			r.Out.Host = target.Host
-		},
-		Transport:     transport,
-		FlushInterval: -1,
-	}
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, ok := p.delayed.Load(r.URL.Path); ok && isInitialList(r) {
-			select {
-			case <-time.After(d.(time.Duration)):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		rp.ServeHTTP(w, r)
-	}))
 	t.Cleanup(p.Close)
 	return p
 }
-
-func isInitialList(r *http.Request) bool {
-	q := r.URL.Query()
-	return q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true"
-}
-
-// delay holds back the initial list of a collection path such as /api/v1/pods.
-func (p *slowProxy) delay(path string, d time.Duration) { p.delayed.Store(path, d) }
-
-// config is a client configuration that goes through the proxy.
-func (p *slowProxy) config() *rest.Config { return &rest.Config{Host: p.URL} }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {

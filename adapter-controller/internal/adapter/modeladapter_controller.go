@@ -67,6 +67,9 @@ type Options struct {
 	// DeletionRetryLimit is how many unload attempts deletion makes before it releases the
 	// finalizer anyway (with a Warning event), so an unreachable pod never blocks deletion.
 	DeletionRetryLimit int
+	// SkipNameValidation allows a second controller of the same name in one process (tests
+	// that restart the controller).
+	SkipNameValidation bool
 }
 
 // DefaultOptions returns production defaults.
@@ -147,7 +150,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Owns(&discoveryv1.EndpointSlice{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToAdapters), builder.WithPredicates(podServingChanged())).
 		WatchesRawSource(source.Channel(r.inventory.events, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles, SkipNameValidation: &r.opts.SkipNameValidation}).
 		Complete(r)
 	if err != nil {
 		return err

@@ -1,0 +1,153 @@
+package setup_test
+
+import (
+	"context"
+	"flag"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/shared/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	var err error
+	if env, err = testenv.Start(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func options(t *testing.T) *setup.Options {
+	o := setup.NewOptions()
+	o.MetricsBindAddress = "0"
+	o.HealthProbeBindAddress = freeAddr(t)
+	o.Adapter.InventoryPeriod = time.Second
+	o.GracefulShutdownTimeout = 5 * time.Second
+	o.Adapter.SkipNameValidation = true
+	return o
+}
+
+// start runs the controller until the returned stop is called.
+func start(t *testing.T, o *setup.Options) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- setup.Run(ctx, o, env.Config) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	}
+}
+
+// TestRestartWithSlowPodListChangesNothing: a controller restarted while the Pod list is slow
+// (3s) must not write status, unload or reload anything before its caches are synced, and
+// has nothing to change afterwards.
+func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs envtest")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k8s, err := client.New(env.Config, client.Options{Scheme: setup.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := "127.0.30.1"
+	e, err := fakeengine.Start(ip, 8000, fakeengine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	labels := map[string]string{v1alpha1.ModelNameLabel: "m", v1alpha1.AdapterEnabledLabel: "true"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "m-0", Namespace: "default", Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Name: "lora", Namespace: "default"},
+		Spec: v1alpha1.ModelAdapterSpec{PodSelector: &metav1.LabelSelector{MatchLabels: labels}, ArtifactURL: "/models/lora"}}
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := start(t, options(t))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err == nil && a.Status.Phase == v1alpha1.ModelAdapterRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the adapter to run; status %+v", a.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	rv := a.ResourceVersion
+	loads, unloads := e.Loads(), e.Unloads()
+
+	proxy, err := testenv.NewSlowProxy(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	const delay = 3 * time.Second
+	proxy.Delay("/api/v1/pods", delay)
+	o := options(t)
+	ctx2, cancel2 := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- setup.Run(ctx2, o, proxy.Config()) }()
+	restarted := time.Now()
+	for time.Since(restarted) < delay+3*time.Second {
+		got := &v1alpha1.ModelAdapter{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion != rv {
+			t.Fatalf("the adapter was written %s after the restart (phase %s, instances %v)", time.Since(restarted), got.Status.Phase, got.Status.Instances)
+		}
+		if e.Unloads() != unloads || e.Loads() != loads {
+			t.Fatalf("engine calls after the restart: loads %d->%d, unloads %d->%d", loads, e.Loads(), unloads, e.Unloads())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := e.Loaded(); len(got) != 1 || got[0] != "lora" {
+		t.Errorf("engine holds %v after the restart, want [lora]", got)
+	}
+	cancel2()
+	if err := <-done; err != nil {
+		t.Errorf("restarted controller: %v", err)
+	}
+}

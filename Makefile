@@ -141,3 +141,23 @@ cluster-up: $(KUBE_APISERVER) $(ETCD) $(KWOK) ## Create (or start) the local kwo
 .PHONY: cluster-down
 cluster-down: ## Delete the local kwok cluster.
 	hack/cluster.sh down
+
+##@ Deployment
+
+KUSTOMIZE_DIR ?= deploy/default
+
+.PHONY: deploy
+deploy: manifests $(KUBE_APISERVER) ## Install the CRD and both controllers into the cluster of $KUBECONFIG (kubectl apply -k deploy/default).
+	$(KUBECTL) apply --server-side -k $(KUSTOMIZE_DIR)
+
+.PHONY: undeploy
+undeploy: $(KUBE_APISERVER) ## Remove what `make deploy` installed.
+	$(KUBECTL) delete --ignore-not-found -k $(KUSTOMIZE_DIR)
+
+.PHONY: deploy-check
+deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
+	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus default samples; do \
+	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
+	$(KUBECTL) apply --server-side -k deploy/namespace
+	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log
+	@if grep -q "violate PodSecurity" _artifacts/deploy-check.log; then echo "Pod Security restricted violated" >&2; exit 1; fi

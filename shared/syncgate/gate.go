@@ -155,6 +155,10 @@ func (g *Gate) Register(ctx context.Context, resources ...Resource) error {
 		t := &tracked{res: r, gvk: gvk, labels: metrics.ResourceLabels{Controller: g.opts.Controller, GVK: gvk}}
 		metrics.CacheSynced.WithLabelValues(t.labels.Values()...).Set(0)
 		metrics.CacheSkipped.WithLabelValues(t.labels.Values()...).Set(0)
+		for _, reason := range []Reason{ReasonForbidden, ReasonNotFound, ReasonUnreachable, ReasonOther} {
+			// Expose zero, not absence, so rate() and alerts work from the first scrape.
+			metrics.CacheWatchErrors.WithLabelValues(append(t.labels.Values(), string(reason))...).Add(0)
+		}
 		log := g.log.WithValues("group", gvk.Group, "version", gvk.Version, "kind", gvk.Kind)
 		switch err := g.register(ctx, t); {
 		case err == nil:

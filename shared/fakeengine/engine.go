@@ -136,13 +136,13 @@ func Start(ip string, port int, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("fakeengine: invalid runtime port %d (engine port %d)", opts.RuntimePort, port)
 	}
 
-	ln, err := net.Listen("tcp4", net.JoinHostPort(ip, strconv.Itoa(port)))
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp4", net.JoinHostPort(ip, strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("fakeengine: %w", err)
 	}
 	var rln net.Listener
 	if opts.Runtime {
-		rln, err = net.Listen("tcp4", net.JoinHostPort(ip, strconv.Itoa(opts.RuntimePort)))
+		rln, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp4", net.JoinHostPort(ip, strconv.Itoa(opts.RuntimePort)))
 		if err != nil {
 			_ = ln.Close()
 			return nil, fmt.Errorf("fakeengine: runtime sidecar: %w", err)

@@ -169,7 +169,7 @@ func TestFaultHugeBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := append(limited, rest...)
+	body := append(append([]byte{}, limited...), rest...)
 	if len(body) <= huge || resp.ContentLength != int64(len(body)) {
 		t.Errorf("body is %d bytes, Content-Length %d, want > %d", len(body), resp.ContentLength, huge)
 	}

@@ -185,7 +185,8 @@ func marshal(v any) []byte {
 
 func jsonReply(status int, v any) reply { return reply{status, ctypeJSON, marshal(v)} }
 
-func textReply(status int, s string) reply { return reply{status, ctypeText, []byte(s)} }
+// okText is a 200 plain-text answer, as vLLM gives on success.
+func okText(s string) reply { return reply{http.StatusOK, ctypeText, []byte(s)} }
 
 // detail is FastAPI's own error body.
 func detail(status int, msg string) reply {
@@ -237,7 +238,7 @@ func decode(body []byte, v any) error {
 		return fmt.Errorf("request body is empty")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("invalid JSON body: %v", err)
+		return fmt.Errorf("invalid JSON body: %w", err)
 	}
 	return nil
 }
@@ -285,7 +286,7 @@ func (e *Engine) vllmLoad(body []byte, lie bool) reply {
 	if !e.load(req.LoraName, req.LoraPath, lie) {
 		return badRequest(styleVLLM, fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName))
 	}
-	return textReply(http.StatusOK, fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoraName))
+	return okText(fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoraName))
 }
 
 func (e *Engine) vllmUnload(body []byte, lie bool) reply {
@@ -299,7 +300,7 @@ func (e *Engine) vllmUnload(body []byte, lie bool) reply {
 	if !e.unload(req.LoraName, lie) {
 		return vllmError(http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoraName), "NotFoundError")
 	}
-	return textReply(http.StatusOK, fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.LoraName))
+	return okText(fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.LoraName))
 }
 
 func (e *Engine) sglangLoad(body []byte, lie bool) reply {
@@ -354,7 +355,7 @@ func (e *Engine) runtimeLoad(body []byte, lie bool) reply {
 	if !e.load(req.LoraName, req.ArtifactURL, lie) {
 		return badRequest(styleVLLM, fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName))
 	}
-	return textReply(http.StatusOK, fmt.Sprintf("Success: LoRA adapter '%s' loaded successfully.", req.LoraName))
+	return okText(fmt.Sprintf("Success: LoRA adapter '%s' loaded successfully.", req.LoraName))
 }
 
 func (e *Engine) runtimeUnload(body []byte, lie bool) reply {
@@ -368,7 +369,7 @@ func (e *Engine) runtimeUnload(body []byte, lie bool) reply {
 	if !e.unload(req.LoraName, lie) {
 		return vllmError(http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoraName), "NotFoundError")
 	}
-	return textReply(http.StatusOK, fmt.Sprintf("Success: LoRA adapter '%s' unloaded successfully.", req.LoraName))
+	return okText(fmt.Sprintf("Success: LoRA adapter '%s' unloaded successfully.", req.LoraName))
 }
 
 type modelCard struct {

@@ -157,7 +157,9 @@ func desiredEngines(pods []*corev1.Pod) (desired map[string]engineSpec, refused 
 	return desired, refused
 }
 
-func addr(ip string, port int) string { return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port)).String() }
+func addr(ip string, port int) string {
+	return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port)).String()
+}
 
 // running is an engine started for a pod.
 type running struct {

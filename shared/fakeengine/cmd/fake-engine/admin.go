@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/modelplane/modelplane/shared/fakeengine"
+)
+
+const maxAdminBody = 1 << 20
+
+// engineView is one engine in GET /engines.
+type engineView struct {
+	Pod       string          `json:"pod"`
+	Namespace string          `json:"namespace"`
+	UID       string          `json:"uid"`
+	IP        string          `json:"ip"`
+	Port      int             `json:"port"`
+	Kind      fakeengine.Kind `json:"kind"`
+	BaseModel string          `json:"baseModel"`
+	Runtime   bool            `json:"runtime"`
+	Loaded    []string        `json:"loaded"`
+	Counts    countsView      `json:"counts"`
+}
+
+// countsView are an engine's counters: requests is the total of requestsByPath, keyed by
+// "METHOD /path".
+type countsView struct {
+	Requests       int            `json:"requests"`
+	Loads          int            `json:"loads"`
+	Unloads        int            `json:"unloads"`
+	Lists          int            `json:"lists"`
+	RequestsByPath map[string]int `json:"requestsByPath"`
+}
+
+func viewOf(r *running) engineView {
+	c := r.engine.Counts()
+	total := 0
+	for _, n := range c.Requests {
+		total += n
+	}
+	return engineView{
+		Pod:       r.spec.Pod,
+		Namespace: r.spec.Namespace,
+		UID:       string(r.spec.UID),
+		IP:        r.spec.IP,
+		Port:      r.spec.Port,
+		Kind:      r.spec.Kind,
+		BaseModel: r.spec.BaseModel,
+		Runtime:   r.spec.Runtime,
+		Loaded:    r.engine.Loaded(),
+		Counts: countsView{
+			Requests:       total,
+			Loads:          c.Loads,
+			Unloads:        c.Unloads,
+			Lists:          c.Lists,
+			RequestsByPath: c.Requests,
+		},
+	}
+}
+
+// faultRequest is the body of POST /engines/{namespace}/{pod}/fault: a fakeengine.Fault,
+// whose field names match case-insensitively. Hang is nanoseconds, as a Fault marshals, or
+// a duration string such as "30s".
+type faultRequest struct {
+	Op        string   `json:"op"`
+	Status    int      `json:"status"`
+	Body      string   `json:"body"`
+	Hang      duration `json:"hang"`
+	HugeBody  int      `json:"hugeBody"`
+	Malformed bool     `json:"malformed"`
+	Lie       bool     `json:"lie"`
+	Times     int      `json:"times"`
+}
+
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("hang must be nanoseconds or a duration string: %w", err)
+	}
+	*d = duration(n)
+	return nil
+}
+
+func (f faultRequest) fault() (fakeengine.Fault, error) {
+	switch f.Op {
+	case fakeengine.OpAll, fakeengine.OpLoad, fakeengine.OpUnload, fakeengine.OpList:
+	default:
+		return fakeengine.Fault{}, fmt.Errorf("unknown op %q (want %q, %q, %q or empty for all)",
+			f.Op, fakeengine.OpLoad, fakeengine.OpUnload, fakeengine.OpList)
+	}
+	switch {
+	case f.Status != 0 && (f.Status < 100 || f.Status > 599):
+		return fakeengine.Fault{}, fmt.Errorf("invalid status %d", f.Status)
+	case f.Times < 0, f.HugeBody < 0, f.Hang < 0:
+		return fakeengine.Fault{}, errors.New("times, hugeBody and hang must not be negative")
+	}
+	return fakeengine.Fault{
+		Op:        f.Op,
+		Status:    f.Status,
+		Body:      f.Body,
+		Hang:      time.Duration(f.Hang),
+		HugeBody:  f.HugeBody,
+		Malformed: f.Malformed,
+		Lie:       f.Lie,
+		Times:     f.Times,
+	}, nil
+}
+
+// adminHandler serves the admin API:
+//
+//	GET    /engines                              the engines, as JSON
+//	POST   /engines/{namespace}/{pod}/restart    the engine forgets its adapters
+//	POST   /engines/{namespace}/{pod}/fault      install a fault (JSON fakeengine.Fault)
+//	DELETE /engines/{namespace}/{pod}/fault      clear the engine's faults
+//	GET    /metrics                              Prometheus metrics
+//	GET    /healthz                              200 ok
+func adminHandler(m *manager) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(engineCollector{m})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /engines", func(w http.ResponseWriter, _ *http.Request) {
+		rs := m.list()
+		views := make([]engineView, 0, len(rs))
+		for _, r := range rs {
+			views = append(views, viewOf(r))
+		}
+		writeJSON(w, http.StatusOK, views)
+	})
+	mux.HandleFunc("POST /engines/{namespace}/{pod}/restart", withEngine(m, func(w http.ResponseWriter, _ *http.Request, r *running) {
+		r.engine.Restart()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("POST /engines/{namespace}/{pod}/fault", withEngine(m, func(w http.ResponseWriter, req *http.Request, r *running) {
+		var fr faultRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxAdminBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&fr); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid fault: "+err.Error())
+			return
+		}
+		if dec.More() {
+			writeError(w, http.StatusBadRequest, "invalid fault: trailing data after the JSON object")
+			return
+		}
+		f, err := fr.fault()
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid fault: "+err.Error())
+			return
+		}
+		r.engine.SetFault(f)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("DELETE /engines/{namespace}/{pod}/fault", withEngine(m, func(w http.ResponseWriter, _ *http.Request, r *running) {
+		r.engine.ClearFault()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+func withEngine(m *manager, h func(http.ResponseWriter, *http.Request, *running)) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		ns, pod := req.PathValue("namespace"), req.PathValue("pod")
+		r := m.get(ns, pod)
+		if r == nil {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no engine for pod %s/%s", ns, pod))
+			return
+		}
+		h(w, req, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+var (
+	requestsDesc = prometheus.NewDesc("fake_engine_requests_total",
+		"Requests received by a pod's fake engine (engine and runtime sidecar), by path; paths the engines do not serve are counted as \"other\".",
+		[]string{"namespace", "pod", "path"}, nil)
+	loadedDesc = prometheus.NewDesc("fake_engine_loaded_adapters",
+		"Adapters loaded in a pod's fake engine.",
+		[]string{"namespace", "pod"}, nil)
+)
+
+// knownPaths are the paths a fake engine serves; others are counted as "other", so that
+// stray requests cannot grow the metrics without bound.
+var knownPaths = map[string]bool{
+	"/health":                 true,
+	"/v1/models":              true,
+	"/v1/load_lora_adapter":   true,
+	"/v1/unload_lora_adapter": true,
+	"/load_lora_adapter":      true,
+	"/unload_lora_adapter":    true,
+	"/v1/lora_adapter/load":   true,
+	"/v1/lora_adapter/unload": true,
+}
+
+// engineCollector reads the counters of the running engines at scrape time. An engine's
+// counters start from zero when its pod is recreated (a counter reset).
+type engineCollector struct{ m *manager }
+
+func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- requestsDesc
+	ch <- loadedDesc
+}
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.m.list() {
+		ns, pod := r.spec.Namespace, r.spec.Pod
+		byPath := map[string]int{}
+		for k, n := range r.engine.Counts().Requests {
+			_, path, _ := strings.Cut(k, " ")
+			if !knownPaths[path] {
+				path = "other"
+			}
+			byPath[path] += n
+		}
+		for path, n := range byPath {
+			ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, float64(n), ns, pod, path)
+		}
+		ch <- prometheus.MustNewConstMetric(loadedDesc, prometheus.GaugeValue, float64(len(r.engine.Loaded())), ns, pod)
+	}
+}

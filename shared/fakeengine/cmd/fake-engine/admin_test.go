@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/modelplane/modelplane/shared/fakeengine"
+)
+
+// adminFixture runs two engines (ns/a vLLM on 127.0.19.60, ns/b SGLang with the sidecar on
+// 127.0.19.61:30000) and the admin API on an httptest server (127.0.0.1).
+func adminFixture(t *testing.T) (*manager, string) {
+	t.Helper()
+	m, _ := newTestManager(t, fakeengine.Options{})
+	pods := []*corev1.Pod{
+		pod("a", "127.0.19.60"),
+		pod("b", "127.0.19.61", withLabel(labelEngine, "sglang"), withLabel(labelPort, "30000"), withRuntime()),
+	}
+	if err := m.sync(pods); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(adminHandler(m))
+	t.Cleanup(srv.Close)
+	return m, srv.URL
+}
+
+func TestAdminEngines(t *testing.T) {
+	_, admin := adminFixture(t)
+	must(t, "POST", "http://127.0.19.60:8000/v1/load_lora_adapter", `{"lora_name":"x","lora_path":"/p"}`)
+	must(t, "GET", "http://127.0.19.60:8000/v1/models", "")
+	must(t, "GET", "http://127.0.19.60:8000/v1/models", "")
+
+	got := must(t, "GET", admin+"/engines", "")
+	if got.status != 200 {
+		t.Fatalf("GET /engines = %+v", got)
+	}
+	var views []engineView
+	if err := json.Unmarshal([]byte(got.body), &views); err != nil {
+		t.Fatalf("decode %s: %v", got.body, err)
+	}
+	if len(views) != 2 {
+		t.Fatalf("got %d engines: %s", len(views), got.body)
+	}
+	a, b := views[0], views[1]
+	if a.Pod != "a" || a.Namespace != "ns" || a.IP != "127.0.19.60" || a.Port != 8000 || a.Kind != fakeengine.VLLM ||
+		a.BaseModel != "llama" || a.Runtime || a.UID != "a-uid" || !slices.Equal(a.Loaded, []string{"x"}) {
+		t.Errorf("a = %+v", a)
+	}
+	if a.Counts.Requests != 3 || a.Counts.Loads != 1 || a.Counts.Lists != 2 || a.Counts.Unloads != 0 ||
+		a.Counts.RequestsByPath["GET /v1/models"] != 2 {
+		t.Errorf("a counts = %+v", a.Counts)
+	}
+	if b.Pod != "b" || b.Port != 30000 || b.Kind != fakeengine.SGLang || !b.Runtime || b.Loaded == nil || len(b.Loaded) != 0 {
+		t.Errorf("b = %+v", b)
+	}
+	// The wire names are the documented ones.
+	for _, field := range []string{`"pod"`, `"namespace"`, `"ip"`, `"port"`, `"kind"`, `"loaded"`, `"counts"`, `"requests"`, `"loads"`, `"unloads"`, `"lists"`} {
+		if !strings.Contains(got.body, field) {
+			t.Errorf("GET /engines lacks %s: %s", field, got.body)
+		}
+	}
+}
+
+func TestAdminEnginesEmpty(t *testing.T) {
+	m, _ := newTestManager(t, fakeengine.Options{})
+	srv := httptest.NewServer(adminHandler(m))
+	defer srv.Close()
+	if got := must(t, "GET", srv.URL+"/engines", ""); got.status != 200 || strings.TrimSpace(got.body) != "[]" {
+		t.Fatalf("GET /engines = %+v", got)
+	}
+}
+
+func TestAdminRestart(t *testing.T) {
+	m, admin := adminFixture(t)
+	must(t, "POST", "http://127.0.19.60:8000/v1/load_lora_adapter", `{"lora_name":"x","lora_path":"/p"}`)
+	e := m.get("ns", "a").engine
+	if got := must(t, "POST", admin+"/engines/ns/a/restart", ""); got.status != http.StatusNoContent {
+		t.Fatalf("restart = %+v", got)
+	}
+	if len(e.Loaded()) != 0 {
+		t.Fatalf("loaded after restart: %v", e.Loaded())
+	}
+	if e.Counts().Loads != 1 || m.get("ns", "a").engine != e {
+		t.Fatal("restart should keep the engine and its counters")
+	}
+	if got := must(t, "POST", admin+"/engines/ns/nope/restart", ""); got.status != 404 || !strings.Contains(got.body, "ns/nope") {
+		t.Fatalf("restart of an unknown pod = %+v", got)
+	}
+	if got := must(t, "GET", admin+"/engines/ns/a/restart", ""); got.status != http.StatusMethodNotAllowed {
+		t.Fatalf("GET restart = %+v", got)
+	}
+}
+
+func TestAdminFault(t *testing.T) {
+	_, admin := adminFixture(t)
+	load := func() answer {
+		return must(t, "POST", "http://127.0.19.60:8000/v1/load_lora_adapter", `{"lora_name":"x","lora_path":"/p"}`)
+	}
+	if got := must(t, "POST", admin+"/engines/ns/a/fault", `{"Op":"load","Status":503,"Body":"{\"detail\":\"busy\"}","Times":1}`); got.status != http.StatusNoContent {
+		t.Fatalf("set fault = %+v", got)
+	}
+	if got := load(); got.status != 503 || got.body != `{"detail":"busy"}` {
+		t.Fatalf("faulted load = %+v", got)
+	}
+	if got := load(); got.status != 200 {
+		t.Fatalf("load after the fault's one time = %+v", got)
+	}
+
+	// A fault until cleared, with lower-case names.
+	if got := must(t, "POST", admin+"/engines/ns/a/fault", `{"op":"list","status":500}`); got.status != http.StatusNoContent {
+		t.Fatalf("set fault = %+v", got)
+	}
+	for range 2 {
+		if got := must(t, "GET", "http://127.0.19.60:8000/v1/models", ""); got.status != 500 {
+			t.Fatalf("faulted list = %+v", got)
+		}
+	}
+	if got := must(t, "DELETE", admin+"/engines/ns/a/fault", ""); got.status != http.StatusNoContent {
+		t.Fatalf("clear fault = %+v", got)
+	}
+	if got := must(t, "GET", "http://127.0.19.60:8000/v1/models", ""); got.status != 200 {
+		t.Fatalf("list after clearing = %+v", got)
+	}
+
+	// Hang as a duration string or as nanoseconds (how a fakeengine.Fault marshals).
+	for _, body := range []string{`{"op":"unload","hang":"50ms","times":1}`, `{"Op":"unload","Hang":50000000,"Times":1}`} {
+		if got := must(t, "POST", admin+"/engines/ns/a/fault", body); got.status != http.StatusNoContent {
+			t.Fatalf("set fault %s = %+v", body, got)
+		}
+		start := time.Now()
+		must(t, "POST", "http://127.0.19.60:8000/v1/unload_lora_adapter", `{"lora_name":"nope"}`)
+		if d := time.Since(start); d < 50*time.Millisecond {
+			t.Fatalf("hang %s: answered after %v", body, d)
+		}
+	}
+
+	for _, body := range []string{
+		`{"op":"explode"}`,
+		`{"op":"load","times":-1}`,
+		`{"op":"load","hugeBody":-1}`,
+		`{"op":"load","hang":"-1s"}`,
+		`{"op":"load","hang":"soon"}`,
+		`{"op":"load","status":42}`,
+		`{"op":"load","stauts":503}`,
+		`{"op":"load"} {}`,
+		`not json`,
+	} {
+		if got := must(t, "POST", admin+"/engines/ns/a/fault", body); got.status != 400 || !strings.Contains(got.body, "invalid fault") {
+			t.Errorf("fault %s = %+v, want 400", body, got)
+		}
+	}
+	if got := load(); got.status != 400 { // already loaded: the invalid faults were not installed
+		t.Fatalf("load after invalid faults = %+v", got)
+	}
+	if got := must(t, "POST", admin+"/engines/other/a/fault", `{"op":"load","status":500}`); got.status != 404 {
+		t.Fatalf("fault of an unknown pod = %+v", got)
+	}
+	if got := must(t, "DELETE", admin+"/engines/other/a/fault", ""); got.status != 404 {
+		t.Fatalf("clear fault of an unknown pod = %+v", got)
+	}
+}
+
+func TestAdminMetrics(t *testing.T) {
+	_, admin := adminFixture(t)
+	must(t, "POST", "http://127.0.19.60:8000/v1/load_lora_adapter", `{"lora_name":"x","lora_path":"/p"}`)
+	must(t, "GET", "http://127.0.19.60:8000/v1/models", "")
+	must(t, "PUT", "http://127.0.19.60:8000/v1/models", "") // 405, still counted under its path
+	must(t, "GET", "http://127.0.19.60:8000/whatever", "")
+	must(t, "POST", "http://127.0.19.61:8080/v1/lora_adapter/load", `{"lora_name":"y","artifact_url":"s3://b/y"}`)
+
+	got := must(t, "GET", admin+"/metrics", "")
+	if got.status != 200 {
+		t.Fatalf("GET /metrics = %+v", got)
+	}
+	for _, line := range []string{
+		`fake_engine_requests_total{namespace="ns",path="/v1/load_lora_adapter",pod="a"} 1`,
+		`fake_engine_requests_total{namespace="ns",path="/v1/models",pod="a"} 2`,
+		`fake_engine_requests_total{namespace="ns",path="other",pod="a"} 1`,
+		`fake_engine_requests_total{namespace="ns",path="/v1/lora_adapter/load",pod="b"} 1`,
+		`fake_engine_loaded_adapters{namespace="ns",pod="a"} 1`,
+		`fake_engine_loaded_adapters{namespace="ns",pod="b"} 1`,
+		`# TYPE fake_engine_requests_total counter`,
+		`# TYPE fake_engine_loaded_adapters gauge`,
+	} {
+		if !strings.Contains(got.body, line+"\n") {
+			t.Errorf("metrics lack %q:\n%s", line, got.body)
+		}
+	}
+	if strings.Contains(got.body, "go_goroutines") {
+		t.Error("metrics include the default registry's collectors")
+	}
+}
+
+func TestAdminHealthz(t *testing.T) {
+	_, admin := adminFixture(t)
+	if got := must(t, "GET", admin+"/healthz", ""); got.status != 200 || got.body != "ok\n" {
+		t.Fatalf("GET /healthz = %+v", got)
+	}
+	if got := must(t, "GET", admin+"/nope", ""); got.status != 404 {
+		t.Fatalf("GET /nope = %+v", got)
+	}
+}
+
+func TestCheckLoopbackAddress(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9400":  true,
+		"127.0.19.7:9400": true,
+		"localhost:9400":  true,
+		":9400":           false,
+		"0.0.0.0:9400":    false,
+		"10.0.0.1:9400":   false,
+		"[::1]:9400":      false,
+		"127.0.0.1":       false,
+	} {
+		if err := checkLoopbackAddress(addr); (err == nil) != ok {
+			t.Errorf("checkLoopbackAddress(%q) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+// Command fake-engine serves fake vLLM/SGLang engines for the pods of a local kwok cluster.
+//
+// kwok's fake nodes give pods loopback IPs (127.x.y.z) on which nothing listens. fake-engine
+// watches the pods matching --label-selector and, for each Running pod whose IP is in
+// 127.0.0.0/8, runs a fakeengine on podIP:port, so that controllers talking to "the pods"
+// reach an engine with the real engines' LoRA API. It never listens outside 127.0.0.0/8.
+//
+// Per pod:
+//
+//	port       label model.aibrix.ai/port (default 8000)
+//	kind       sglang if label model.aibrix.ai/engine is "sglang", else vllm
+//	base model label model.aibrix.ai/name
+//	sidecar    the runtime sidecar API on podIP:8080 if the pod has a container named
+//	           aibrix-runtime
+//
+// An engine is closed when its pod is deleted, stops running or changes IP, and replaced by
+// a fresh one (no adapters, zeroed counters) when the pod is recreated with the same name.
+//
+// The admin API on --admin-address lists the engines, restarts them, injects faults and
+// serves metrics; see adminHandler.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/shared/version"
+)
+
+type options struct {
+	kubeconfig    string
+	namespace     string
+	labelSelector string
+	apiKey        string
+	latency       time.Duration
+	adminAddress  string
+}
+
+func main() {
+	var o options
+	klog.InitFlags(nil)
+	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig of the cluster (default $KUBECONFIG; one of them is required).")
+	flag.StringVar(&o.namespace, "namespace", metav1.NamespaceAll, "Namespace of the pods to serve (default all namespaces).")
+	flag.StringVar(&o.labelSelector, "label-selector", labelName, "Label selector of the pods to serve.")
+	flag.StringVar(&o.apiKey, "api-key", "", "API key the engines require as \"Authorization: Bearer <key>\" (default none).")
+	flag.DurationVar(&o.latency, "latency", 0, "Delay added to every engine request.")
+	flag.StringVar(&o.adminAddress, "admin-address", "127.0.0.1:9400", "Address of the admin API (must be in 127.0.0.0/8).")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nServes fake vLLM/SGLang engines on the loopback IPs of kwok pods.\n\n", os.Args[0])
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", flag.Args())
+		flag.Usage()
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills the process
+	}()
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		klog.ErrorS(err, "fake-engine failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	if err := checkLoopbackAddress(o.adminAddress); err != nil {
+		return fmt.Errorf("--admin-address: %w", err)
+	}
+	if _, err := labels.Parse(o.labelSelector); err != nil {
+		return fmt.Errorf("--label-selector: %w", err)
+	}
+	if o.latency < 0 {
+		return errors.New("--latency must not be negative")
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+
+	m := newManager(logger, fakeengine.Options{APIKey: o.apiKey, Latency: o.latency})
+	defer m.closeAll()
+
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp4", o.adminAddress)
+	if err != nil {
+		return fmt.Errorf("admin API: %w", err)
+	}
+	srv := &http.Server{Handler: adminHandler(m), ReadHeaderTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	serveDone := make(chan struct{})
+	go func() {
+		defer close(serveDone)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			cancel(fmt.Errorf("admin API: %w", err))
+		}
+	}()
+	logger.Info("Serving admin API", "address", ln.Addr().String())
+
+	c, err := newController(logger, podListWatch(client, o.namespace, o.labelSelector), m)
+	if err != nil {
+		return err
+	}
+	logger.Info("Watching pods", "namespace", o.namespace, "labelSelector", o.labelSelector, "apiServer", cfg.Host)
+	runErr := c.run(ctx)
+
+	logger.Info("Shutting down")
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancelShutdown()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	<-serveDone
+	if runErr != nil {
+		return runErr
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err // the admin API failed
+	}
+	return nil
+}
+
+// checkLoopbackAddress accepts host:port with host an IPv4 address in 127.0.0.0/8 or
+// "localhost".
+func checkLoopbackAddress(address string) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.Is4() || !loopback.Contains(ip) {
+		return fmt.Errorf("host %q is not an IPv4 address in %s", host, loopback)
+	}
+	return nil
+}
+
+// restConfig loads the kubeconfig at path, or the ones in $KUBECONFIG.
+func restConfig(path string) (*rest.Config, error) {
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
+	if path == "" {
+		env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar)
+		if env == "" {
+			return nil, errors.New("--kubeconfig or $KUBECONFIG is required")
+		}
+		rules.Precedence = filepath.SplitList(env)
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "fake-engine/" + version.Version
+	return cfg, nil
+}
+
+// podListWatch lists and watches the pods of namespace ("" for all) matching selector.
+func podListWatch(client kubernetes.Interface, namespace, selector string) cache.ListerWatcher {
+	pods := client.CoreV1().Pods(namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, client)
+}

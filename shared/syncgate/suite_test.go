@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/syncgate"
@@ -102,32 +101,17 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// metric returns the metric of the family whose labels include want, or nil.
+// metric returns the first series of the family whose labels include want, or nil.
 func metric(t *testing.T, family string, want map[string]string) *dto.Metric {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
+	ms, err := testenv.Metrics(family, want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != family {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue next
-				}
-			}
-			return m
-		}
+	if len(ms) == 0 {
+		return nil
 	}
-	return nil
+	return ms[0]
 }
 
 func labels(controller, kind string) map[string]string {

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
@@ -77,16 +76,8 @@ func testOptions() *setup.Options {
 }
 
 func panics() float64 {
-	families, _ := crmetrics.Registry.Gather()
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == "controller_runtime_reconcile_panics_total" {
-			for _, m := range f.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	v, _ := testenv.MetricSum("controller_runtime_reconcile_panics_total", nil)
+	return v
 }
 
 func freeAddr() string {
@@ -237,28 +228,9 @@ type eventsList = eventsv1.EventList
 // labels include want.
 func metricValue(t *testing.T, family string, want map[string]string) float64 {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
+	v, err := testenv.MetricSum(family, want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != family {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue next
-				}
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return total
+	return v
 }

@@ -4,15 +4,26 @@ package setup
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
+	"github.com/modelplane/modelplane/router-controller/internal/controller"
+	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
@@ -24,16 +35,166 @@ const ControllerName = "router-controller"
 // Options are the shared options plus this binary's own.
 type Options struct {
 	*app.Options
+
+	// GatewayNamespace is where routes are created and the Gateway lives.
+	GatewayNamespace string
+	// GatewayName is the Gateway every route attaches to.
+	GatewayName string
+	// RoutePaths are the path prefixes every model route matches.
+	RoutePaths []string
+	// RouteTimeout is the request timeout of every route rule.
+	RouteTimeout time.Duration
+	// ExtraWorkloadKinds are optional source kinds as group/version/Kind.
+	ExtraWorkloadKinds []string
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
+
+	// SkipControllerNameValidation lets tests run several managers in one process.
+	SkipControllerNameValidation bool
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Options: app.NewOptions(ControllerName)}
+	return &Options{
+		Options:                 app.NewOptions(ControllerName),
+		GatewayNamespace:        routes.DefaultGatewayNamespace,
+		GatewayName:             routes.DefaultGatewayName,
+		RoutePaths:              append([]string(nil), routes.DefaultPaths...),
+		RouteTimeout:            routes.DefaultTimeout,
+		MaxConcurrentReconciles: 2,
+	}
 }
 
 // AddFlags registers every flag of the binary.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Options.AddFlags(fs)
+	fs.StringVar(&o.GatewayNamespace, "gateway-namespace", o.GatewayNamespace, "Namespace of the Gateway; every HTTPRoute is created there.")
+	fs.StringVar(&o.GatewayName, "gateway-name", o.GatewayName, "Name of the Gateway (in --gateway-namespace) every HTTPRoute attaches to.")
+	fs.Func("route-paths", fmt.Sprintf("Comma-separated path prefixes every model route matches, together with the header \"model\" (default %q).",
+		strings.Join(routes.DefaultPaths, ",")), func(s string) error {
+		o.RoutePaths = splitList(s)
+		return nil
+	})
+	fs.DurationVar(&o.RouteTimeout, "route-timeout", o.RouteTimeout, "Request timeout of every route rule (whole milliseconds; 0 leaves it to the gateway).")
+	fs.Func("extra-workload-kinds", "Comma-separated optional workload kinds read as route sources, each group/version/Kind, "+
+		"e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet,orchestration.aibrix.ai/v1alpha1/RayClusterFleet. Kinds whose CRD is not installed are skipped.",
+		func(s string) error {
+			o.ExtraWorkloadKinds = splitList(s)
+			return nil
+		})
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "How many models or namespaces are reconciled in parallel.")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// RoutesConfig is the route builder configuration the options describe.
+func (o *Options) RoutesConfig() routes.Config {
+	return routes.Config{
+		GatewayNamespace: o.GatewayNamespace,
+		GatewayName:      o.GatewayName,
+		Paths:            append([]string(nil), o.RoutePaths...),
+		Timeout:          o.RouteTimeout,
+	}
+}
+
+// Validate checks every option and says what is wrong with each bad one.
+func (o *Options) Validate() error {
+	var errs []error
+	if err := o.Options.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if msgs := validation.IsDNS1123Label(o.GatewayNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--gateway-namespace %q: %s", o.GatewayNamespace, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsDNS1123Subdomain(o.GatewayName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--gateway-name %q: %s", o.GatewayName, strings.Join(msgs, "; ")))
+	}
+	if len(o.RoutePaths) == 0 {
+		errs = append(errs, errors.New("--route-paths must name at least one path prefix"))
+	}
+	for _, p := range o.RoutePaths {
+		if err := routes.ValidatePath(p); err != nil {
+			errs = append(errs, fmt.Errorf("--route-paths %q: %w", p, err))
+		}
+	}
+	if n := len(o.RoutePaths); n > routes.MaxMatchesPerRoute {
+		errs = append(errs, fmt.Errorf("--route-paths names %d prefixes, more than the Gateway API limit of %d matches per route", n, routes.MaxMatchesPerRoute))
+	}
+	if o.RouteTimeout < 0 || o.RouteTimeout%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("--route-timeout %s must be a non-negative whole number of milliseconds", o.RouteTimeout))
+	}
+	if len(errs) == 0 {
+		// Whatever else the route builder would reject (e.g. a timeout too long to express).
+		if err := o.RoutesConfig().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("route configuration: %w", err))
+		}
+	}
+	if _, err := o.SourceKinds(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxConcurrentReconciles < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
+	}
+	return errors.Join(errs...)
+}
+
+// kindPattern is the Kind rule (a CamelCase identifier).
+var kindPattern = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+
+// ParseWorkloadKind parses group/version/Kind, e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet.
+func ParseWorkloadKind(s string) (schema.GroupVersionKind, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return schema.GroupVersionKind{}, fmt.Errorf("%q: want group/version/Kind, e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet", s)
+	}
+	gvk := schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]}
+	var problems []string
+	if msgs := validation.IsDNS1123Subdomain(gvk.Group); len(msgs) > 0 || !strings.Contains(gvk.Group, ".") {
+		problems = append(problems, fmt.Sprintf("group %q must be a DNS subdomain with at least one dot (CRD groups are)", gvk.Group))
+	}
+	if msgs := validation.IsDNS1035Label(gvk.Version); len(msgs) > 0 {
+		problems = append(problems, fmt.Sprintf("version %q is invalid: %s", gvk.Version, strings.Join(msgs, "; ")))
+	}
+	if len(gvk.Kind) > 63 || !kindPattern.MatchString(gvk.Kind) {
+		problems = append(problems, fmt.Sprintf("Kind %q must be a CamelCase name starting with an upper-case letter", gvk.Kind))
+	}
+	if len(problems) > 0 {
+		return schema.GroupVersionKind{}, fmt.Errorf("%q: %s", s, strings.Join(problems, "; "))
+	}
+	return gvk, nil
+}
+
+// SourceKinds returns the default source kinds followed by the parsed extra ones (optional).
+// Kinds must be distinct by Kind name, since sources are named kind/namespace/name.
+func (o *Options) SourceKinds() ([]controller.SourceKind, error) {
+	kinds := controller.DefaultSourceKinds()
+	seen := map[string]schema.GroupVersionKind{}
+	for _, k := range kinds {
+		seen[k.GVK.Kind] = k.GVK
+	}
+	var errs []error
+	for _, s := range o.ExtraWorkloadKinds {
+		gvk, err := ParseWorkloadKind(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--extra-workload-kinds %w", err))
+			continue
+		}
+		if prev, ok := seen[gvk.Kind]; ok {
+			errs = append(errs, fmt.Errorf("--extra-workload-kinds %q: Kind %s is already a source (%s)", s, gvk.Kind, prev.GroupVersion()))
+			continue
+		}
+		seen[gvk.Kind] = gvk
+		kinds = append(kinds, controller.SourceKind{GVK: gvk, Optional: true})
+	}
+	return kinds, errors.Join(errs...)
 }
 
 // Scheme holds the types the binary reads and writes.
@@ -47,24 +208,69 @@ func Scheme() *runtime.Scheme {
 }
 
 // Resources are the kinds the controller reads through its cache: workloads metadata-only,
-// since labels and annotations are all the routes need.
-func Resources() []syncgate.Resource {
-	return []syncgate.Resource{
-		syncgate.Metadata(appsv1.SchemeGroupVersion.WithKind("Deployment")),
-		syncgate.Metadata(appsv1.SchemeGroupVersion.WithKind("StatefulSet")),
-		syncgate.Metadata(v1alpha1.GroupVersion.WithKind("ModelAdapter")),
+// since labels and annotations are all the routes need, optional kinds skipped when their
+// API is not served.
+func Resources(kinds []controller.SourceKind) []syncgate.Resource {
+	var out []syncgate.Resource
+	for _, k := range kinds {
+		r := syncgate.Metadata(k.GVK)
+		if k.Optional {
+			r = r.AsOptional()
+		}
+		out = append(out, r)
+	}
+	return append(out,
 		syncgate.Typed(&gatewayv1.HTTPRoute{}),
 		syncgate.Typed(&gatewayv1beta1.ReferenceGrant{}),
-	}
+	)
 }
 
-// Run builds the manager, declares the caches and runs until ctx ends.
-func Run(ctx context.Context, o *Options) error {
-	a, err := app.New(o.Options, app.Config{Controller: ControllerName, Scheme: Scheme()})
-	if err != nil {
-		return err
+// Build validates the options, builds the gated manager, declares the caches and sets the
+// router controller up. restConfig overrides the kubeconfig lookup (tests); nil means the
+// usual lookup. Nothing here blocks on a cache.
+func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid options: %w", err)
 	}
-	if err := a.Gate.Register(ctx, Resources()...); err != nil {
+	kinds, _ := o.SourceKinds() // validated above
+	a, err := app.New(o.Options, app.Config{
+		Controller: ControllerName,
+		Scheme:     Scheme(),
+		RESTConfig: restConfig,
+		ByObject: map[client.Object]cache.ByObject{
+			// Routes live in the gateway namespace only; foreign ones there are kept in the
+			// cache too, so that a conflict is seen and its removal noticed.
+			&gatewayv1.HTTPRoute{}: {Namespaces: map[string]cache.Config{o.GatewayNamespace: {}}},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Gate.Register(ctx, Resources(kinds)...); err != nil {
+		return nil, err
+	}
+	r, err := controller.NewRouteReconciler(a.Manager.GetCache(), a.Manager.GetClient(),
+		a.Manager.GetEventRecorder(ControllerName), controller.Config{
+			Routes:                  o.RoutesConfig(),
+			SourceKinds:             kinds,
+			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+			GateOpened:              a.Gate.Opened(),
+			SkipNameValidation:      o.SkipControllerNameValidation,
+		})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.SetupWithManager(ctx, a.Manager); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run builds the manager, declares the caches, sets the controller up and runs until ctx
+// ends.
+func Run(ctx context.Context, o *Options) error {
+	a, err := Build(ctx, o, nil)
+	if err != nil {
 		return err
 	}
 	return a.Run(ctx)

@@ -1,0 +1,45 @@
+// Package controller is the router reconciler: it keeps one Gateway API HTTPRoute per model
+// name, and the ReferenceGrants those routes need, in line with the model workloads in the
+// cluster. The objects themselves are built by package routes; this package decides when,
+// and writes them.
+//
+// # Sources
+//
+// Deployments, StatefulSets and ModelAdapters, plus optional kinds (LeaderWorkerSet,
+// RayClusterFleet, ...) that are skipped when their CRD is absent, all read metadata-only
+// through the sync gate. Each cache carries a field index from the model a workload claims
+// (and that model's route name) to the workload, so a reconcile reads only the workloads of
+// its model.
+//
+// # Keys
+//
+// One workqueue of Key values: KeyModel (a model name, which may hold '/' or any other
+// header character; a struct key needs no encoding) and KeyGrants (a namespace).
+// Map functions turn events on workloads, on HTTPRoutes and on ReferenceGrants into keys;
+// they never write.
+//
+// # Reconciling a model
+//
+// List the live workloads claiming the model, convert them (problems become Warning events
+// on the workload), build the desired route and compare it with the cached one: create when
+// missing, update when the spec or our labels and annotations differ, delete when no
+// workload is left, and never touch a route of that name that is not ours (Warning event
+// RouteConflict on every workload, modelplane_routes{state="conflict"}). At most one write
+// per reconcile; errors are retried with per-key exponential backoff.
+//
+// # ReferenceGrants
+//
+// Grants follow the routes rather than the workloads: the grants of a namespace admit
+// exactly the Services that our routes send to in that namespace, found through an index on
+// the routes' backend namespaces. A route written, changed or deleted enqueues the grants of
+// every namespace it sends to (old and new), so a grant is created with the first route to a
+// namespace, shrinks with the routes, and is deleted when no route sends there - which is
+// when no workload of any kind is left there.
+//
+// # Garbage collection after sync
+//
+// A runnable on the gated manager starts only after every declared cache has synced, on the
+// leader, and enqueues every model claimed by a workload and every model and namespace of the
+// routes and grants we own. Routes whose workloads were deleted while the controller was down
+// are removed then, never before: nothing is reconciled on a half-filled cache.
+package controller

@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// SourceKind is a kind of model workload the router reads, metadata-only.
+type SourceKind struct {
+	GVK schema.GroupVersionKind
+	// Optional kinds are skipped when their API is not served (CRD not installed).
+	Optional bool
+}
+
+// DefaultSourceKinds are the workload kinds every router reads: Deployments, StatefulSets and
+// ModelAdapters. Their APIs must be served.
+func DefaultSourceKinds() []SourceKind {
+	return []SourceKind{
+		{GVK: appsv1.SchemeGroupVersion.WithKind("Deployment")},
+		{GVK: appsv1.SchemeGroupVersion.WithKind("StatefulSet")},
+		{GVK: v1alpha1.GroupVersion.WithKind(routes.KindModelAdapter)},
+	}
+}
+
+// String renders the kind as group/version/Kind.
+func (k SourceKind) String() string {
+	if k.GVK.Group == "" {
+		return k.GVK.Version + "/" + k.GVK.Kind
+	}
+	return k.GVK.Group + "/" + k.GVK.Version + "/" + k.GVK.Kind
+}
+
+// Object returns an empty metadata-only object of the kind, for caches and watches.
+func (k SourceKind) Object() *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(k.GVK)
+	return obj
+}
+
+func (k SourceKind) list() *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
+	return l
+}
+
+// sourceKind is a SourceKind with what setup learnt about it.
+type sourceKind struct {
+	SourceKind
+	// indexed is true when the field index sourceIndex was registered on its cache.
+	indexed bool
+}
+
+// sourceObject is one cached workload of a source kind.
+type sourceObject struct {
+	kind SourceKind
+	obj  *metav1.PartialObjectMetadata
+}
+
+// claimedModel returns the model name a workload claims, whether or not it can be routed:
+// the label model.aibrix.ai/name, else the annotation of that key, else (ModelAdapters
+// only) the adapter's name. It agrees with routes.SourceFromObject on every routable
+// workload and also names the model of unroutable ones, so that their problems are
+// reported from the reconcile of that model.
+func claimedModel(kind string, obj metav1.Object) string {
+	if m := obj.GetLabels()[v1alpha1.ModelNameLabel]; m != "" {
+		return m
+	}
+	if m := obj.GetAnnotations()[v1alpha1.ModelNameLabel]; m != "" {
+		return m
+	}
+	if kind == routes.KindModelAdapter {
+		return obj.GetName()
+	}
+	return ""
+}
+
+// Field indexes on the caches.
+const (
+	// sourceIndex indexes workloads by modelIndexValue(model) and
+	// routeIndexValue(RouteName(model)) of the model they claim.
+	sourceIndex = "modelplane.io/routing"
+	// routeBackendIndex indexes managed HTTPRoutes by the namespaces of their backends.
+	routeBackendIndex = "modelplane.io/backend-namespace"
+)
+
+func modelIndexValue(model string) string { return "model:" + model }
+
+func routeIndexValue(routeName string) string { return "route:" + routeName }
+
+// sourceIndexValues is the indexer of sourceIndex for workloads of kind.
+func sourceIndexValues(kind string) client.IndexerFunc {
+	return func(obj client.Object) []string {
+		m := claimedModel(kind, obj)
+		if m == "" {
+			return nil
+		}
+		return []string{modelIndexValue(m), routeIndexValue(routes.RouteName(m))}
+	}
+}
+
+// routeBackendNamespaces is the indexer of routeBackendIndex: the sorted distinct namespaces
+// of the Service backends of a managed route (none for routes we do not own).
+func routeBackendNamespaces(obj client.Object) []string {
+	route, ok := obj.(*gatewayv1.HTTPRoute)
+	if !ok || !routes.IsManaged(route) {
+		return nil
+	}
+	var out []string
+	for _, rule := range route.Spec.Rules {
+		for _, ref := range rule.BackendRefs {
+			if !isServiceRef(ref.BackendObjectReference) {
+				continue
+			}
+			ns := route.Namespace
+			if ref.Namespace != nil {
+				ns = string(*ref.Namespace)
+			}
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// routedServices returns the sorted distinct Services in namespace that route sends to.
+func routedServices(route *gatewayv1.HTTPRoute, namespace string) []string {
+	var out []string
+	for _, rule := range route.Spec.Rules {
+		for _, ref := range rule.BackendRefs {
+			ns := route.Namespace
+			if ref.Namespace != nil {
+				ns = string(*ref.Namespace)
+			}
+			if isServiceRef(ref.BackendObjectReference) && ns == namespace {
+				out = append(out, string(ref.Name))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func isServiceRef(ref gatewayv1.BackendObjectReference) bool {
+	return (ref.Group == nil || *ref.Group == "") && (ref.Kind == nil || *ref.Kind == "Service")
+}
+
+// registerIndexes adds the field indexes; they must be added before the manager starts.
+// Optional kinds whose API is not served (skipped by the gate) get no index.
+func registerIndexes(ctx context.Context, log logr.Logger, declared informerGetter, indexer client.FieldIndexer, kinds []sourceKind) error {
+	for i := range kinds {
+		k := &kinds[i]
+		if k.Optional {
+			// The declared cache refuses kinds the gate skipped, without creating informers.
+			if _, err := declared.GetInformer(ctx, k.Object(), cache.BlockUntilSynced(false)); err != nil {
+				log.V(2).Info("Not indexing optional source kind", "kind", k.String(), "reason", err.Error())
+				continue
+			}
+		}
+		if err := indexer.IndexField(ctx, k.Object(), sourceIndex, sourceIndexValues(k.GVK.Kind)); err != nil {
+			if k.Optional {
+				log.Info("Not indexing optional source kind; lookups scan its cache", "kind", k.String(), "err", err.Error())
+				continue
+			}
+			return fmt.Errorf("indexing %s by model: %w", k, err)
+		}
+		k.indexed = true
+	}
+	if err := indexer.IndexField(ctx, &gatewayv1.HTTPRoute{}, routeBackendIndex, routeBackendNamespaces); err != nil {
+		return fmt.Errorf("indexing HTTPRoutes by backend namespace: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+
+	"github.com/modelplane/modelplane/router-controller/internal/routes"
+)
+
+// Map functions turn an event on a watched object into keys; they never do work. On
+// updates the handler maps both the old and the new object, so a workload whose model label
+// changes enqueues the old model (route to shrink or delete) and the new one.
+
+// workloadToModel maps a workload of kind to the model it claims.
+func (r *RouteReconciler) workloadToModel(kind SourceKind) handler.TypedMapFunc[*metav1.PartialObjectMetadata, Key] {
+	return func(_ context.Context, obj *metav1.PartialObjectMetadata) []Key {
+		if m := claimedModel(kind.GVK.Kind, obj); m != "" {
+			return []Key{ModelKey(m)}
+		}
+		return nil
+	}
+}
+
+// routeToKeys maps an HTTPRoute in the gateway namespace to the model it serves, the
+// namespaces whose grants follow its backends, and every model whose route name it has:
+// that last part is how a foreign route being removed frees the name, and how a managed
+// route whose annotations were edited by hand is still restored.
+func (r *RouteReconciler) routeToKeys(ctx context.Context, route *gatewayv1.HTTPRoute) []Key {
+	if route.Namespace != r.cfg.Routes.GatewayNamespace {
+		return nil
+	}
+	keys := map[Key]bool{}
+	if routes.IsManaged(route) {
+		if m := routes.ModelOf(route); m != "" {
+			keys[ModelKey(m)] = true
+		}
+		for _, ns := range routeBackendNamespaces(route) {
+			if ns != r.cfg.Routes.GatewayNamespace {
+				keys[GrantsKey(ns)] = true
+			}
+		}
+	}
+	objs, err := r.listSources(ctx, routeIndexValue(route.Name))
+	if err != nil {
+		// Only a cache without the index fails here; the route's own model is still mapped.
+		ctrl.LoggerFrom(ctx).Error(err, "Looking up the sources of a route", "route", klog.KObj(route))
+	}
+	for _, o := range objs {
+		if m := claimedModel(o.kind.GVK.Kind, o.obj); m != "" {
+			keys[ModelKey(m)] = true
+		}
+	}
+	return sortedKeys(keys)
+}
+
+// grantToNamespace maps a ReferenceGrant that is ours, or has the name ours would have, to
+// the grants of its namespace.
+func (r *RouteReconciler) grantToNamespace(_ context.Context, g *gatewayv1beta1.ReferenceGrant) []Key {
+	if r.ownsGrant(g) || strings.HasPrefix(g.Name, routes.ReferenceGrantName(r.cfg.Routes.GatewayNamespace, 0)) {
+		return []Key{GrantsKey(g.Namespace)}
+	}
+	return nil
+}
+
+func sortedKeys(set map[Key]bool) []Key {
+	return slices.SortedFunc(maps.Keys(set), func(a, b Key) int {
+		if a.Kind != b.Kind {
+			return int(a.Kind) - int(b.Kind)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// routingChanged lets through creations, deletions and the updates that can change routing:
+// labels, annotations, or the start of deletion. Status and spec churn of workloads is
+// filtered out.
+func routingChanged() predicate.TypedPredicate[*metav1.PartialObjectMetadata] {
+	return predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
+		UpdateFunc: func(e event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return !maps.Equal(o.GetLabels(), n.GetLabels()) ||
+				!maps.Equal(o.GetAnnotations(), n.GetAnnotations()) ||
+				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil)
+		},
+	}
+}
+
+// specOrMetadataChanged lets through creations, deletions and updates of the spec (the
+// generation), labels or annotations of our outputs - the drift to repair - but not the
+// status writes of gateway implementations.
+func specOrMetadataChanged[T metav1.Object]() predicate.TypedPredicate[T] {
+	return predicate.Or[T](
+		predicate.TypedGenerationChangedPredicate[T]{},
+		predicate.TypedLabelChangedPredicate[T]{},
+		predicate.TypedAnnotationChangedPredicate[T]{},
+	)
+}

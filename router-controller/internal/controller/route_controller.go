@@ -1,0 +1,278 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+
+	"github.com/modelplane/modelplane/router-controller/internal/routes"
+)
+
+// Read-only on the workloads that carry model names (the optional kinds' groups included);
+// write only on the objects the controller owns; events on sources; leases for leader
+// election. No Secrets.
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=leaderworkerset.x-k8s.io,resources=leaderworkersets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=orchestration.aibrix.ai,resources=rayclusterfleets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes;referencegrants,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// ControllerName names the controller in logs, metrics and events.
+const ControllerName = "router"
+
+// Retry backoff per key: errors are retried from 100ms, doubling up to 5 minutes.
+const (
+	retryBaseDelay = 100 * time.Millisecond
+	retryMaxDelay  = 5 * time.Minute
+)
+
+// Config configures the RouteReconciler.
+type Config struct {
+	// Routes is what the route and grant builders need: gateway, paths, timeout.
+	Routes routes.Config
+	// SourceKinds are the workload kinds read as sources; optional ones may be absent.
+	SourceKinds []SourceKind
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+	// GateOpened, when set, holds garbage collection back until it is closed. The gated
+	// manager already holds every runnable back; this makes the rule local and visible.
+	GateOpened <-chan struct{}
+	// SkipNameValidation allows several controllers of this name in one process (tests
+	// that restart the manager).
+	SkipNameValidation bool
+}
+
+// RouteReconciler keeps one HTTPRoute per model name and the ReferenceGrants of every
+// source namespace in line with the model workloads in its caches. See the package
+// documentation for the design.
+type RouteReconciler struct {
+	cfg Config
+	// cache reads the declared caches; informers tells which optional kinds were skipped.
+	cache     client.Reader
+	informers informerGetter
+	client    client.Client
+	recorder  events.EventRecorder
+	kinds     []sourceKind
+	states    *routeStates
+	gcEvents  chan event.TypedGenericEvent[Key]
+
+	activeOnce sync.Once
+	active     []sourceKind
+}
+
+var _ reconcile.TypedReconciler[Key] = (*RouteReconciler)(nil)
+
+// NewRouteReconciler returns a reconciler reading through c (the gated manager's cache),
+// writing with w and recording events with recorder.
+func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRecorder, cfg Config) (*RouteReconciler, error) {
+	if c == nil || w == nil || recorder == nil {
+		return nil, errors.New("router controller: a cache, a client and an event recorder are required")
+	}
+	if err := cfg.Routes.Validate(); err != nil {
+		return nil, fmt.Errorf("router controller: %w", err)
+	}
+	if len(cfg.SourceKinds) == 0 {
+		return nil, errors.New("router controller: no source kinds")
+	}
+	if cfg.MaxConcurrentReconciles <= 0 {
+		cfg.MaxConcurrentReconciles = 1
+	}
+	kinds := make([]sourceKind, 0, len(cfg.SourceKinds))
+	for _, k := range cfg.SourceKinds {
+		kinds = append(kinds, sourceKind{SourceKind: k})
+	}
+	Register()
+	return &RouteReconciler{
+		cfg:       cfg,
+		cache:     c,
+		informers: c,
+		client:    w,
+		recorder:  recorder,
+		kinds:     kinds,
+		states:    newRouteStates(),
+		gcEvents:  make(chan event.TypedGenericEvent[Key]),
+	}, nil
+}
+
+// informerGetter is the part of the gated manager's cache that knows whether an optional
+// kind was skipped: it refuses the informers of skipped kinds without creating them.
+type informerGetter interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
+}
+
+// SetupWithManager adds the field indexes, the controller and the garbage collector to mgr,
+// which must be the gated manager and not yet started. Nothing here blocks on a cache.
+func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
+	log := mgr.GetLogger().WithValues("controller", ControllerName)
+	declared := mgr.GetCache()
+	if err := registerIndexes(ctx, log, declared, mgr.GetFieldIndexer(), r.kinds); err != nil {
+		return fmt.Errorf("router controller: %w", err)
+	}
+
+	b := builder.TypedControllerManagedBy[Key](mgr).
+		Named(ControllerName).
+		WithOptions(controller.TypedOptions[Key]{
+			MaxConcurrentReconciles: r.cfg.MaxConcurrentReconciles,
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBaseDelay, retryMaxDelay),
+			SkipNameValidation:      ptr.To(r.cfg.SkipNameValidation),
+		}).
+		WithLogConstructor(func(k *Key) logr.Logger {
+			l := log
+			if k != nil {
+				l = l.WithValues("key", k.String())
+			}
+			return l
+		})
+	for _, k := range r.kinds {
+		src := source.TypedKind(declared, k.Object(),
+			handler.TypedEnqueueRequestsFromMapFunc(r.workloadToModel(k.SourceKind)), routingChanged())
+		if k.Optional {
+			src = &optionalSource{kind: k.SourceKind, informers: declared, inner: src}
+		}
+		b = b.WatchesRawSource(src)
+	}
+	b = b.WatchesRawSource(source.TypedKind(declared, &gatewayv1.HTTPRoute{},
+		handler.TypedEnqueueRequestsFromMapFunc(r.routeToKeys), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
+		WatchesRawSource(source.TypedKind(declared, &gatewayv1beta1.ReferenceGrant{},
+			handler.TypedEnqueueRequestsFromMapFunc(r.grantToNamespace), specOrMetadataChanged[*gatewayv1beta1.ReferenceGrant]())).
+		WatchesRawSource(source.TypedChannel(r.gcEvents, handler.TypedFuncs[Key, Key]{
+			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[Key], q workqueue.TypedRateLimitingInterface[Key]) {
+				q.Add(e.Object)
+			},
+		}))
+	if err := b.Complete(r); err != nil {
+		return fmt.Errorf("router controller: %w", err)
+	}
+	if err := mgr.Add(&garbageCollector{r: r, out: r.gcEvents, opened: r.cfg.GateOpened}); err != nil {
+		return fmt.Errorf("router controller: adding the garbage collector: %w", err)
+	}
+	return nil
+}
+
+// Reconcile brings the route of a model, or the ReferenceGrants of a namespace, in line with
+// the caches. Errors are retried with per-key exponential backoff; terminal errors (a route
+// that cannot be valid) wait for the next change of a source.
+func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Result, error) {
+	var (
+		err    error
+		object ReconcileObject
+	)
+	switch key.Kind {
+	case KeyModel:
+		object = ObjectRoute
+		err = r.reconcileModel(ctx, key.Name)
+	case KeyGrants:
+		object = ObjectReferenceGrant
+		err = r.reconcileGrants(ctx, key.Name)
+	default:
+		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("unknown key %s", key))
+	}
+	if err != nil {
+		recordReconcileError(object)
+	}
+	return reconcile.Result{}, err
+}
+
+// activeKinds are the source kinds whose caches exist: every required kind and the optional
+// kinds whose API is served. Only called once the gate is open (from reconciles, map
+// functions and the garbage collector), when every optional kind is final: synced or
+// skipped.
+func (r *RouteReconciler) activeKinds(ctx context.Context) []sourceKind {
+	r.activeOnce.Do(func() {
+		for _, k := range r.kinds {
+			if k.Optional {
+				if _, err := r.informers.GetInformer(ctx, k.Object(), cache.BlockUntilSynced(false)); err != nil {
+					ctrl.LoggerFrom(ctx).Info("Skipping optional source kind", "kind", k.String(), "reason", err.Error())
+					continue
+				}
+			}
+			r.active = append(r.active, k)
+		}
+	})
+	return r.active
+}
+
+// listSources returns the cached workloads of every active kind whose sourceIndex values
+// include value, through the index where there is one.
+func (r *RouteReconciler) listSources(ctx context.Context, value string) ([]sourceObject, error) {
+	var out []sourceObject
+	for _, k := range r.activeKinds(ctx) {
+		list := k.list()
+		var opts []client.ListOption
+		if k.indexed {
+			opts = append(opts, client.MatchingFields{sourceIndex: value})
+		}
+		if err := r.cache.List(ctx, list, opts...); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", k, err)
+		}
+		index := sourceIndexValues(k.GVK.Kind)
+		for i := range list.Items {
+			obj := &list.Items[i]
+			if !k.indexed && !slices.Contains(index(obj), value) {
+				continue
+			}
+			obj.SetGroupVersionKind(k.GVK)
+			out = append(out, sourceObject{kind: k.SourceKind, obj: obj})
+		}
+	}
+	return out, nil
+}
+
+// optionalSource watches an optional kind when its API is served and does nothing when the
+// gate skipped it, so a missing CRD never fails the controller.
+type optionalSource struct {
+	kind      SourceKind
+	informers informerGetter
+	inner     source.TypedSyncingSource[Key]
+
+	mu      sync.Mutex
+	skipped bool
+}
+
+func (s *optionalSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key]) error {
+	if _, err := s.informers.GetInformer(ctx, s.kind.Object(), cache.BlockUntilSynced(false)); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Not watching optional source kind", "kind", s.kind.String(), "reason", err.Error())
+		s.mu.Lock()
+		s.skipped = true
+		s.mu.Unlock()
+		return nil
+	}
+	return s.inner.Start(ctx, q)
+}
+
+func (s *optionalSource) WaitForSync(ctx context.Context) error {
+	s.mu.Lock()
+	skipped := s.skipped
+	s.mu.Unlock()
+	if skipped {
+		return nil
+	}
+	return s.inner.WaitForSync(ctx)
+}
+
+func (s *optionalSource) String() string { return "optional " + s.kind.String() }

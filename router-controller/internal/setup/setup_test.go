@@ -1,0 +1,123 @@
+package setup
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/modelplane/modelplane/router-controller/internal/controller"
+	"github.com/modelplane/modelplane/router-controller/internal/routes"
+)
+
+func parse(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parsing %q: %v", args, err)
+	}
+	return o
+}
+
+func TestDefaults(t *testing.T) {
+	o := parse(t)
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if diff := cmp.Diff(routes.DefaultConfig(), o.RoutesConfig()); diff != "" {
+		t.Errorf("route configuration (-want +got):\n%s", diff)
+	}
+	if o.MaxConcurrentReconciles < 1 {
+		t.Errorf("default --max-concurrent-reconciles = %d", o.MaxConcurrentReconciles)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	o := parse(t,
+		"--gateway-namespace=gw", "--gateway-name=eg", "--route-paths= /a, /b/c ,,",
+		"--route-timeout=90s", "--max-concurrent-reconciles=4",
+		"--extra-workload-kinds=leaderworkerset.x-k8s.io/v1/LeaderWorkerSet, orchestration.aibrix.ai/v1alpha1/RayClusterFleet")
+	if err := o.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	want := routes.Config{GatewayNamespace: "gw", GatewayName: "eg", Paths: []string{"/a", "/b/c"}, Timeout: 90 * time.Second}
+	if diff := cmp.Diff(want, o.RoutesConfig()); diff != "" {
+		t.Errorf("route configuration (-want +got):\n%s", diff)
+	}
+	kinds, err := o.SourceKinds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKinds := append(controller.DefaultSourceKinds(),
+		controller.SourceKind{GVK: schema.GroupVersionKind{Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: "LeaderWorkerSet"}, Optional: true},
+		controller.SourceKind{GVK: schema.GroupVersionKind{Group: "orchestration.aibrix.ai", Version: "v1alpha1", Kind: "RayClusterFleet"}, Optional: true},
+	)
+	if diff := cmp.Diff(wantKinds, kinds); diff != "" {
+		t.Errorf("source kinds (-want +got):\n%s", diff)
+	}
+	if n := len(Resources(kinds)); n != len(kinds)+2 {
+		t.Errorf("Resources declares %d resources, want %d (sources, HTTPRoute, ReferenceGrant)", n, len(kinds)+2)
+	}
+	for _, r := range Resources(kinds)[3:5] {
+		if !r.Optional {
+			t.Errorf("extra kind %T declared required", r.Object)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := map[string]struct {
+		args    []string
+		wantErr []string // substrings, all expected
+	}{
+		"bad gateway namespace": {args: []string{"--gateway-namespace=Not_Valid"}, wantErr: []string{"--gateway-namespace"}},
+		"bad gateway name":      {args: []string{"--gateway-name=a..b"}, wantErr: []string{"--gateway-name"}},
+		"empty paths":           {args: []string{"--route-paths= , "}, wantErr: []string{"--route-paths must name at least one"}},
+		"relative path":         {args: []string{"--route-paths=/ok,v1/chat"}, wantErr: []string{`--route-paths "v1/chat"`}},
+		"negative timeout":      {args: []string{"--route-timeout=-1s"}, wantErr: []string{"--route-timeout"}},
+		"sub-millisecond":       {args: []string{"--route-timeout=1500us"}, wantErr: []string{"--route-timeout"}},
+		"too long timeout":      {args: []string{"--route-timeout=1000000h"}, wantErr: []string{"timeout"}},
+		"zero concurrency":      {args: []string{"--max-concurrent-reconciles=0"}, wantErr: []string{"--max-concurrent-reconciles"}},
+		"kind without group":    {args: []string{"--extra-workload-kinds=v1/LeaderWorkerSet"}, wantErr: []string{"want group/version/Kind"}},
+		"lower-case kind":       {args: []string{"--extra-workload-kinds=x.io/v1/leaderworkerset"}, wantErr: []string{"CamelCase"}},
+		"bad version":           {args: []string{"--extra-workload-kinds=x.io/V1/Thing"}, wantErr: []string{"version"}},
+		"core-looking group":    {args: []string{"--extra-workload-kinds=apps/v1/ReplicaSet"}, wantErr: []string{"at least one dot"}},
+		"duplicate of built-in": {args: []string{"--extra-workload-kinds=example.io/v1/Deployment"}, wantErr: []string{"Kind Deployment is already a source"}},
+		"duplicate extra":       {args: []string{"--extra-workload-kinds=a.io/v1/Thing,b.io/v1/Thing"}, wantErr: []string{"Kind Thing is already a source"}},
+		"several at once": {args: []string{"--gateway-name=a..b", "--max-concurrent-reconciles=0"},
+			wantErr: []string{"--gateway-name", "--max-concurrent-reconciles"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := parse(t, tc.args...).Validate()
+			if err == nil {
+				t.Fatalf("Validate accepted %q", tc.args)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestParseWorkloadKind(t *testing.T) {
+	gvk, err := ParseWorkloadKind("leaderworkerset.x-k8s.io/v1/LeaderWorkerSet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (schema.GroupVersionKind{Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: "LeaderWorkerSet"}); gvk != want {
+		t.Errorf("got %v, want %v", gvk, want)
+	}
+	for _, bad := range []string{"", "a/b", "a.io/v1/Kind/extra", "a.io//Kind", "/v1/Kind", "a.io/v1/"} {
+		if _, err := ParseWorkloadKind(bad); err == nil {
+			t.Errorf("ParseWorkloadKind(%q) accepted", bad)
+		}
+	}
+}

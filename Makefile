@@ -70,12 +70,14 @@ fmt: ## Run gofmt on all Go code.
 	gofmt -l -w $(MODULES) hack
 
 .PHONY: vet
-vet: ## Run go vet on every module.
+vet: ## Run go vet on every module (and the e2e suite).
 	go vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	go vet -tags e2e ./test/...
 
 .PHONY: lint
 lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.yml).
 	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...); done
+	cd test && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
 
 .PHONY: test
 test: tools verify-generated ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd).
@@ -161,3 +163,31 @@ deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namesp
 	$(KUBECTL) apply --server-side -k deploy/namespace
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log
 	@if grep -q "violate PodSecurity" _artifacts/deploy-check.log; then echo "Pod Security restricted violated" >&2; exit 1; fi
+
+##@ End to end
+
+.PHONY: fake-engine
+fake-engine: ## Build the fake vLLM/SGLang engine host process into bin/.
+	cd shared && CGO_ENABLED=0 go build -o $(BIN)/fake-engine ./fakeengine/cmd/fake-engine
+
+.PHONY: test-deps
+test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scrapes with a real Prometheus).
+	@command -v prometheus >/dev/null && command -v jq >/dev/null || { \
+	  echo "Installing Debian's prometheus and jq"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus jq >/dev/null; }
+
+.PHONY: e2e-local
+e2e-local: tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
+	hack/e2e-local.sh
+
+KIND ?= kind
+KIND_CLUSTER ?= modelplane
+E2E_DRY_RUN ?=
+
+.PHONY: e2e
+e2e: ## Run the e2e suite on kind with built images (needs docker and kind; E2E_DRY_RUN=1 prints the steps).
+	@if [ -z "$(E2E_DRY_RUN)" ]; then \
+	  command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make e2e needs a running Docker engine (docker info failed); use make e2e-local here" >&2; exit 1; }; \
+	  command -v $(KIND) >/dev/null || { echo "make e2e needs kind on PATH (https://kind.sigs.k8s.io); use make e2e-local here" >&2; exit 1; }; \
+	fi
+	hack/e2e-kind.sh

@@ -82,7 +82,7 @@ func (e *Env) Apply(path string) error {
 		if len(u.Object) == 0 {
 			continue
 		}
-		if err := c.Patch(context.Background(), u, client.Apply, client.FieldOwner("modelplane-tests"), client.ForceOwnership); err != nil {
+		if err := c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("modelplane-tests"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
 		}
 	}

@@ -1,0 +1,388 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	utilruntime.Must(gatewayv1.Install(s))
+	utilruntime.Must(gatewayv1beta1.Install(s))
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: KUBECONFIG:", err)
+		os.Exit(2)
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func gatewayNamespace() string { return env("E2E_GATEWAY_NAMESPACE", "aibrix-system") }
+
+func suffix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// namespace creates a namespace deleted at the end of the test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + suffix()}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// modelDeployment runs the fake engine image (kind) or lets the host fake engine serve the
+// pods (local kwok cluster, whose fake nodes need the toleration).
+func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{v1alpha1.ModelNameLabel: model, v1alpha1.ModelPortLabel: "8000", v1alpha1.AdapterEnabledLabel: "true"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: model, Namespace: ns, Labels: map[string]string{v1alpha1.ModelNameLabel: model, v1alpha1.ModelPortLabel: "8000"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.ModelNameLabel: model}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					Containers: []corev1.Container{{
+						Name: "engine", Image: env("E2E_ENGINE_IMAGE", "ghcr.io/modelplane/fake-engine:e2e"),
+						Args:  []string{"--serve-self", "--port=8000", "--base-model=" + model},
+						Ports: []corev1.ContainerPort{{ContainerPort: 8000}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func readyPods(t *testing.T, ns, model string) []corev1.Pod {
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ModelNameLabel: model}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+type engineInfo struct {
+	Pod       string   `json:"pod"`
+	Namespace string   `json:"namespace"`
+	IP        string   `json:"ip"`
+	Loaded    []string `json:"loaded"`
+	Counts    struct {
+		Loads int `json:"loads"`
+	} `json:"counts"`
+}
+
+// engines asks the fake engine admin API what each engine holds.
+func engines(t *testing.T) map[string]engineInfo {
+	t.Helper()
+	admin := os.Getenv("E2E_ENGINE_ADMIN")
+	if admin == "" {
+		t.Skip("E2E_ENGINE_ADMIN is not set")
+	}
+	resp, err := http.Get(admin + "/engines")
+	if err != nil {
+		t.Fatalf("engine admin: %v", err)
+	}
+	defer resp.Body.Close()
+	var list []engineInfo
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatalf("engine admin: %v", err)
+	}
+	out := map[string]engineInfo{}
+	for _, e := range list {
+		out[e.Namespace+"/"+e.Pod] = e
+	}
+	return out
+}
+
+func adapterOn(t *testing.T, ns string, pods []corev1.Pod, adapter string) (bool, string) {
+	es := engines(t)
+	var missing []string
+	for _, p := range pods {
+		if !slices.Contains(es[ns+"/"+p.Name].Loaded, adapter) {
+			missing = append(missing, p.Name)
+		}
+	}
+	return len(missing) == 0, fmt.Sprintf("not loaded on %v", missing)
+}
+
+func adapterStatus(ns, name string) (*v1alpha1.ModelAdapter, error) {
+	a := &v1alpha1.ModelAdapter{}
+	return a, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, a)
+}
+
+// routeErr reads the HTTPRoute of that name in the gateway namespace; nil means it exists.
+func routeErr(name string) error {
+	return k8s.Get(context.Background(), client.ObjectKey{Namespace: gatewayNamespace(), Name: name}, &gatewayv1.HTTPRoute{})
+}
+
+// TestAdapterLifecycle: a model Deployment and an AIBrix-style ModelAdapter → the adapter runs
+// on every pod behind its Service and EndpointSlice, routes and grants exist; an engine
+// restart is repaired; scaling 3→5 loads the new pods; deletion unloads and removes the route.
+func TestAdapterLifecycle(t *testing.T) {
+	ctx := ctxFor(t, 5*time.Minute)
+	ns := namespace(t)
+	model := "e2e-model-" + suffix()
+	dep := modelDeployment(ns, model, 3)
+	if err := k8s.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "3 Ready model pods", func() (bool, string) {
+		n := len(readyPods(t, ns, model))
+		return n == 3, fmt.Sprintf("%d ready", n)
+	})
+
+	adapterName := "lora-" + suffix()
+	a := &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Name: adapterName, Namespace: ns},
+		Spec: v1alpha1.ModelAdapterSpec{
+			BaseModel:   ptr.To(model),
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.ModelNameLabel: model, v1alpha1.AdapterEnabledLabel: "true"}},
+			ArtifactURL: "huggingface://ai-blond/Qwen-Qwen2.5-Coder-1.5B-Instruct-lora",
+		},
+	}
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the adapter Running on 3 pods", func() (bool, string) {
+		got, err := adapterStatus(ns, adapterName)
+		return err == nil && got.Status.Phase == v1alpha1.ModelAdapterRunning && got.Status.ReadyReplicas == 3, fmt.Sprintf("%+v %v", got.Status, err)
+	})
+	pods := readyPods(t, ns, model)
+	if ok, state := adapterOn(t, ns, pods, adapterName); !ok {
+		t.Fatalf("engines: %s", state)
+	}
+	svc := &corev1.Service{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: adapterName}, svc); err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Fatalf("adapter Service: %v %+v", err, svc.Spec)
+	}
+	eps := &discoveryv1.EndpointSlice{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: adapterName}, eps); err != nil || len(eps.Endpoints) != 3 {
+		t.Fatalf("adapter EndpointSlice: %v, %d endpoints", err, len(eps.Endpoints))
+	}
+	for _, e := range eps.Endpoints {
+		if e.TargetRef == nil || !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.UID == e.TargetRef.UID }) {
+			t.Errorf("endpoint %+v does not point at a model pod", e)
+		}
+	}
+
+	// Routes for the base model and the adapter, and a grant naming both Services.
+	for _, name := range []string{model + "-router", adapterName + "-router"} {
+		waitFor(t, 30*time.Second, "HTTPRoute "+name, func() (bool, string) {
+			err := routeErr(name)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	waitFor(t, 30*time.Second, "a ReferenceGrant naming the model and adapter Services", func() (bool, string) {
+		var grants gatewayv1beta1.ReferenceGrantList
+		if err := k8s.List(ctx, &grants, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, g := range grants.Items {
+			for _, to := range g.Spec.To {
+				if to.Name != nil {
+					names = append(names, string(*to.Name))
+				}
+			}
+		}
+		return slices.Contains(names, model) && slices.Contains(names, adapterName), fmt.Sprint(names)
+	})
+
+	// Engine restart: the engine forgets its adapters; the inventory finds out and reloads.
+	admin := os.Getenv("E2E_ENGINE_ADMIN")
+	loadsBefore := engines(t)[ns+"/"+pods[0].Name].Counts.Loads
+	resp, err := http.Post(admin+"/engines/"+ns+"/"+pods[0].Name+"/restart", "application/json", nil)
+	if err != nil || resp.StatusCode >= 300 {
+		t.Fatalf("restarting the engine of %s: %v %v", pods[0].Name, err, resp)
+	}
+	resp.Body.Close()
+	waitFor(t, 60*time.Second, "the adapter reloaded after the engine restart", func() (bool, string) {
+		if loads := engines(t)[ns+"/"+pods[0].Name].Counts.Loads; loads <= loadsBefore {
+			return false, fmt.Sprintf("no new load yet (%d loads)", loads)
+		}
+		return adapterOn(t, ns, pods[:1], adapterName)
+	})
+
+	// Scale 3 → 5.
+	patch := client.MergeFrom(dep.DeepCopy())
+	dep.Spec.Replicas = ptr.To[int32](5)
+	if err := k8s.Patch(ctx, dep, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "the adapter on 5 pods", func() (bool, string) {
+		got, err := adapterStatus(ns, adapterName)
+		if err != nil || got.Status.ReadyReplicas != 5 {
+			return false, fmt.Sprintf("%+v %v", got.Status, err)
+		}
+		return adapterOn(t, ns, readyPods(t, ns, model), adapterName)
+	})
+
+	// Delete the adapter: unloaded everywhere, its route gone, the model's route kept.
+	if err := k8s.Delete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the adapter gone and unloaded", func() (bool, string) {
+		_, err := adapterStatus(ns, adapterName)
+		if !apierrors.IsNotFound(err) {
+			return false, "adapter still exists"
+		}
+		es := engines(t)
+		for _, p := range readyPods(t, ns, model) {
+			if slices.Contains(es[ns+"/"+p.Name].Loaded, adapterName) {
+				return false, "still loaded on " + p.Name
+			}
+		}
+		return true, ""
+	})
+	waitFor(t, 30*time.Second, "the adapter's route removed", func() (bool, string) {
+		err := routeErr(adapterName + "-router")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if err := routeErr(model + "-router"); err != nil {
+		t.Errorf("the model's route: %v", err)
+	}
+}
+
+func shell(t *testing.T, cmd string) {
+	t.Helper()
+	out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+}
+
+// TestOrphanRouteRemovedAfterRestart: a workload deleted while the router-controller is down
+// loses its route once the controller is back and synced.
+func TestOrphanRouteRemovedAfterRestart(t *testing.T) {
+	stop, start := os.Getenv("E2E_STOP_ROUTER"), os.Getenv("E2E_START_ROUTER")
+	if stop == "" || start == "" {
+		t.Skip("E2E_STOP_ROUTER and E2E_START_ROUTER are not set")
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	ns := namespace(t)
+	model := "e2e-orphan-" + suffix()
+	dep := modelDeployment(ns, model, 1)
+	if err := k8s.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the route of the workload", func() (bool, string) {
+		err := routeErr(model + "-router")
+		return err == nil, fmt.Sprint(err)
+	})
+	shell(t, stop)
+	if err := k8s.Delete(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := routeErr(model + "-router"); err != nil {
+		t.Fatalf("the route went away while the controller was stopped: %v", err)
+	}
+	shell(t, start)
+	waitFor(t, 60*time.Second, "the orphan route removed after the restart", func() (bool, string) {
+		err := routeErr(model + "-router")
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// TestControllersExposeSyncMetrics: both controllers expose the five sync metrics per kind.
+func TestControllersExposeSyncMetrics(t *testing.T) {
+	for name, url := range map[string]string{"adapter-controller": os.Getenv("E2E_ADAPTER_METRICS"), "router-controller": os.Getenv("E2E_ROUTER_METRICS")} {
+		if url == "" {
+			t.Skipf("metrics URL of %s is not set", name)
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("%s metrics: %v", name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, m := range []string{"modelplane_cache_sync_duration_seconds_count", "modelplane_cache_synced", "modelplane_cache_objects",
+			"modelplane_startup_duration_seconds", "# TYPE modelplane_cache_watch_errors_total counter"} {
+			if !strings.Contains(string(body), m) || !strings.Contains(string(body), `controller="`+name+`"`) {
+				t.Errorf("%s does not expose %s", name, m)
+			}
+		}
+	}
+}

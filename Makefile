@@ -191,3 +191,11 @@ e2e: ## Run the e2e suite on kind with built images (needs docker and kind; E2E_
 	  command -v $(KIND) >/dev/null || { echo "make e2e needs kind on PATH (https://kind.sigs.k8s.io); use make e2e-local here" >&2; exit 1; }; \
 	fi
 	hack/e2e-kind.sh
+
+.PHONY: demo
+demo: tools build fake-engine test-deps ## Start the local cluster, both controllers, fake engines and Prometheus, apply deploy/samples, print a summary; runs until Ctrl-C.
+	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop the demo and delete its cluster.
+	hack/demo.sh down

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The local modelplane stack on the kwok cluster, shared by make e2e-local and make demo:
+# CRDs (ModelAdapter, Gateway API from the gateway-api module), RBAC from deploy/, the test
+# admission policy, both controllers as host processes impersonating their ServiceAccounts
+# (so the generated RBAC is what is exercised), the fake engine on the pods' loopback IPs,
+# and a real Prometheus scraping both controllers.
+#
+#   hack/stack.sh up DIR            install and start everything; pids and logs in DIR
+#   hack/stack.sh down DIR          stop the processes started by up
+#   hack/stack.sh stop NAME DIR     stop one process (e.g. router-controller)
+#   hack/stack.sh start NAME DIR    start one controller again and wait until ready
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/bin
+admin_kc=$("$root/hack/cluster.sh" kubeconfig)
+kubectl() { "$bin/kubectl" --kubeconfig "$admin_kc" "$@"; }
+
+ADAPTER_METRICS=127.0.0.1:18080 ADAPTER_PROBE=127.0.0.1:18081
+ROUTER_METRICS=127.0.0.1:18090 ROUTER_PROBE=127.0.0.1:18091
+ENGINE_ADMIN=127.0.0.1:19400 PROMETHEUS=127.0.0.1:19090
+
+wait_ready() { # name url seconds
+  local deadline=$((SECONDS + $3))
+  until curl -fsS -o /dev/null "$2"; do
+    if ((SECONDS > deadline)); then echo "$1 did not become ready at $2 within $3s" >&2; return 1; fi
+    sleep 0.5
+  done
+}
+
+start_controller() { # name dir
+  local name=$1 dir=$2 metrics probe extra=()
+  case $name in
+  adapter-controller) metrics=$ADAPTER_METRICS probe=$ADAPTER_PROBE extra=(--inventory-period 2s) ;;
+  router-controller) metrics=$ROUTER_METRICS probe=$ROUTER_PROBE ;;
+  *) echo "unknown controller $name" >&2; return 2 ;;
+  esac
+  "$bin/$name" --kubeconfig "$dir/$name.kubeconfig" \
+    --leader-elect --leader-election-namespace modelplane-system \
+    --metrics-bind-address "$metrics" --health-probe-bind-address "$probe" "${extra[@]}" \
+    >>"$dir/$name.log" 2>&1 &
+  echo $! >"$dir/$name.pid"
+  wait_ready "$name" "http://$probe/readyz" 120
+}
+
+stop() { # name dir
+  local f=$2/$1.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
+}
+
+up() { # dir
+  local dir=$1 gw
+  mkdir -p "$dir"
+  "$root/hack/cluster.sh" up
+  echo "Installing CRDs, RBAC from deploy/ and the test admission policy"
+  gw=$(cd "$root/router-controller" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)
+  kubectl apply --server-side -k "$root/deploy/crds" >/dev/null
+  kubectl apply --server-side -f "$gw/config/crd/standard" >/dev/null
+  kubectl apply --server-side -k "$root/deploy/namespace" >/dev/null
+  for b in adapter-controller router-controller; do
+    kubectl apply --server-side -n modelplane-system -f "$root/deploy/$b/rbac/role.yaml" -f "$root/deploy/$b/rbac.yaml" >/dev/null
+  done
+  kubectl apply --server-side -f "$root/hack/testing/loopback-endpointslices.yaml" >/dev/null
+  kubectl create namespace aibrix-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl wait --for condition=established --timeout=60s crd/modeladapters.model.aibrix.ai crd/httproutes.gateway.networking.k8s.io >/dev/null
+
+  # Each controller talks to the API server as its ServiceAccount.
+  for b in adapter-controller router-controller; do
+    kubectl config view --raw --flatten -o json |
+      jq --arg sa "system:serviceaccount:modelplane-system:$b" '.users[].user["as"] = $sa' >"$dir/$b.kubeconfig"
+  done
+
+  echo "Starting the fake engine, both controllers and Prometheus"
+  "$bin/fake-engine" --kubeconfig "$admin_kc" --admin-address $ENGINE_ADMIN >"$dir/fake-engine.log" 2>&1 &
+  echo $! >"$dir/fake-engine.pid"
+  wait_ready fake-engine "http://$ENGINE_ADMIN/healthz" 30
+  start_controller adapter-controller "$dir"
+  start_controller router-controller "$dir"
+
+  cat >"$dir/prometheus.yml" <<YAML
+global: {scrape_interval: 2s, evaluation_interval: 2s}
+scrape_configs:
+- job_name: adapter-controller
+  static_configs: [{targets: ["$ADAPTER_METRICS"]}]
+- job_name: router-controller
+  static_configs: [{targets: ["$ROUTER_METRICS"]}]
+YAML
+  prometheus --config.file "$dir/prometheus.yml" --storage.tsdb.path "$dir/prometheus-data" \
+    --web.listen-address $PROMETHEUS >"$dir/prometheus.log" 2>&1 &
+  echo $! >"$dir/prometheus.pid"
+  wait_ready prometheus "http://$PROMETHEUS/-/ready" 60
+}
+
+down() { # dir
+  for p in router-controller adapter-controller fake-engine prometheus; do stop "$p" "$1"; done
+}
+
+case "${1:-}" in
+up) up "${2:?dir}" ;;
+down) down "${2:?dir}" ;;
+stop) stop "${2:?name}" "${3:?dir}" ;;
+start) start_controller "${2:?name}" "${3:?dir}" ;;
+*) echo "usage: $0 up|down DIR | stop|start NAME DIR" >&2; exit 2 ;;
+esac

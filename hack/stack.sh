@@ -22,7 +22,7 @@ ENGINE_ADMIN=127.0.0.1:19400 PROMETHEUS=127.0.0.1:19090
 
 wait_ready() { # name url seconds
   local deadline=$((SECONDS + $3))
-  until curl -fsS -o /dev/null "$2"; do
+  until curl -fs -o /dev/null "$2"; do
     if ((SECONDS > deadline)); then echo "$1 did not become ready at $2 within $3s" >&2; return 1; fi
     sleep 0.5
   done

@@ -42,64 +42,64 @@ func TestEndpointForPod(t *testing.T) {
 		wantErr *errView
 	}{
 		"defaults: vLLM on 8000": {
-			pod:  makePod(podOpts{ip: "10.0.0.7"}),
-			want: Endpoint{Kind: KindVLLM, Host: "10.0.0.7", Port: 8000, EnginePort: 8000},
+			pod:  makePod(podOpts{ip: "127.0.40.7"}),
+			want: Endpoint{Kind: KindVLLM, Host: "127.0.40.7", Port: 8000, EnginePort: 8000},
 		},
 		"explicit vllm, custom port, API key trimmed": {
-			pod:    makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelEngine: "vllm", LabelPort: "9000"}}),
+			pod:    makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelEngine: "vllm", LabelPort: "9000"}}),
 			apiKey: "sk-key\n",
-			want:   Endpoint{Kind: KindVLLM, Host: "10.0.0.7", Port: 9000, EnginePort: 9000, APIKey: "sk-key"},
+			want:   Endpoint{Kind: KindVLLM, Host: "127.0.40.7", Port: 9000, EnginePort: 9000, APIKey: "sk-key"},
 		},
 		"sglang": {
-			pod:  makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelEngine: "sglang", LabelPort: "30000"}}),
-			want: Endpoint{Kind: KindSGLang, Host: "10.0.0.7", Port: 30000, EnginePort: 30000},
+			pod:  makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelEngine: "sglang", LabelPort: "30000"}}),
+			want: Endpoint{Kind: KindSGLang, Host: "127.0.40.7", Port: 30000, EnginePort: 30000},
 		},
 		"runtime sidecar container": {
-			pod:  makePod(podOpts{ip: "10.0.0.7", containers: []string{"aibrix-runtime"}}),
-			want: Endpoint{Kind: KindRuntime, Host: "10.0.0.7", Port: 8080, EnginePort: 8000},
+			pod:  makePod(podOpts{ip: "127.0.40.7", containers: []string{"aibrix-runtime"}}),
+			want: Endpoint{Kind: KindRuntime, Host: "127.0.40.7", Port: 8080, EnginePort: 8000},
 		},
 		"runtime sidecar with sglang on a custom port": {
-			pod:  makePod(podOpts{ip: "10.0.0.7", containers: []string{"aibrix-runtime"}, labels: map[string]string{LabelEngine: "sglang", LabelPort: "30000"}}),
-			want: Endpoint{Kind: KindRuntime, Host: "10.0.0.7", Port: 8080, EnginePort: 30000},
+			pod:  makePod(podOpts{ip: "127.0.40.7", containers: []string{"aibrix-runtime"}, labels: map[string]string{LabelEngine: "sglang", LabelPort: "30000"}}),
+			want: Endpoint{Kind: KindRuntime, Host: "127.0.40.7", Port: 8080, EnginePort: 30000},
 		},
 		"runtime as a native sidecar": {
-			pod:  makePod(podOpts{ip: "10.0.0.7", sidecar: "aibrix-runtime"}),
-			want: Endpoint{Kind: KindRuntime, Host: "10.0.0.7", Port: 8080, EnginePort: 8000},
+			pod:  makePod(podOpts{ip: "127.0.40.7", sidecar: "aibrix-runtime"}),
+			want: Endpoint{Kind: KindRuntime, Host: "127.0.40.7", Port: 8080, EnginePort: 8000},
 		},
 		"plain init container named aibrix-runtime is not a sidecar": {
-			pod:  makePod(podOpts{ip: "10.0.0.7", initOnly: "aibrix-runtime"}),
-			want: Endpoint{Kind: KindVLLM, Host: "10.0.0.7", Port: 8000, EnginePort: 8000},
+			pod:  makePod(podOpts{ip: "127.0.40.7", initOnly: "aibrix-runtime"}),
+			want: Endpoint{Kind: KindVLLM, Host: "127.0.40.7", Port: 8000, EnginePort: 8000},
 		},
 		"IPv6": {
 			pod:  makePod(podOpts{ip: "fd00:10::7"}),
 			want: Endpoint{Kind: KindVLLM, Host: "fd00:10::7", Port: 8000, EnginePort: 8000},
 		},
 		"unknown engine": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelEngine: "tgi"}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelEngine: "tgi"}}),
 			wantErr: &errView{Reason: ReasonEngineUnsupported, Message: `pod ns/engine-0: label model.aibrix.ai/engine="tgi" names an unsupported engine (want "vllm" or "sglang")`},
 		},
 		"empty engine label": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelEngine: ""}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelEngine: ""}}),
 			wantErr: &errView{Reason: ReasonEngineUnsupported, Message: `pod ns/engine-0: label model.aibrix.ai/engine="" names an unsupported engine (want "vllm" or "sglang")`},
 		},
 		"unknown engine with runtime sidecar": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", containers: []string{"aibrix-runtime"}, labels: map[string]string{LabelEngine: "VLLM"}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", containers: []string{"aibrix-runtime"}, labels: map[string]string{LabelEngine: "VLLM"}}),
 			wantErr: &errView{Reason: ReasonEngineUnsupported, Message: `pod ns/engine-0: label model.aibrix.ai/engine="VLLM" names an unsupported engine (want "vllm" or "sglang")`},
 		},
 		"port not a number": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelPort: "http"}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: "http"}}),
 			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="http" is not a port number in 1-65535`},
 		},
 		"port zero": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelPort: "0"}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: "0"}}),
 			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="0" is not a port number in 1-65535`},
 		},
 		"port too large": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelPort: "65536"}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: "65536"}}),
 			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="65536" is not a port number in 1-65535`},
 		},
 		"port empty": {
-			pod:     makePod(podOpts{ip: "10.0.0.7", labels: map[string]string{LabelPort: ""}}),
+			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: ""}}),
 			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="" is not a port number in 1-65535`},
 		},
 		"no pod IP": {
@@ -119,7 +119,7 @@ func TestEndpointForPod(t *testing.T) {
 			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: pod IP "0.0.0.0" cannot be dialled`},
 		},
 		"API key with a control character": {
-			pod:     makePod(podOpts{ip: "10.0.0.7"}),
+			pod:     makePod(podOpts{ip: "127.0.40.7"}),
 			apiKey:  "sk-a\x00b",
 			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: "pod ns/engine-0: the API key contains characters that are not allowed in an HTTP header"},
 		},
@@ -148,16 +148,16 @@ func TestEndpointAddresses(t *testing.T) {
 		wantGoStringContain string
 	}{
 		"IPv4 vLLM": {
-			ep:       Endpoint{Host: "10.0.0.7", Port: 9000, APIKey: "sk-secret"},
-			wantAddr: "10.0.0.7:9000", wantEng: "10.0.0.7:9000", wantString: "vllm 10.0.0.7:9000",
+			ep:       Endpoint{Host: "127.0.40.7", Port: 9000, APIKey: "sk-secret"},
+			wantAddr: "127.0.40.7:9000", wantEng: "127.0.40.7:9000", wantString: "vllm 127.0.40.7:9000",
 		},
 		"IPv6 is bracketed": {
 			ep:       Endpoint{Kind: KindSGLang, Host: "fd00::7", APIKey: "sk-secret"},
 			wantAddr: "[fd00::7]:8000", wantEng: "[fd00::7]:8000", wantString: "sglang [fd00::7]:8000",
 		},
 		"runtime defaults": {
-			ep:       Endpoint{Kind: KindRuntime, Host: "10.0.0.7", APIKey: "sk-secret"},
-			wantAddr: "10.0.0.7:8080", wantEng: "10.0.0.7:8000", wantString: "aibrix-runtime 10.0.0.7:8080",
+			ep:       Endpoint{Kind: KindRuntime, Host: "127.0.40.7", APIKey: "sk-secret"},
+			wantAddr: "127.0.40.7:8080", wantEng: "127.0.40.7:8000", wantString: "aibrix-runtime 127.0.40.7:8080",
 		},
 	}
 	for name, tc := range cases {

@@ -140,7 +140,7 @@ func TestIsRetryableAndReasonOf(t *testing.T) {
 }
 
 func TestErrorString(t *testing.T) {
-	cause := errors.New("dial tcp 10.0.0.7:8000: connect: connection refused")
+	cause := errors.New("dial tcp 127.0.40.7:8000: connect: connection refused")
 	cases := map[string]struct {
 		err  *Error
 		want string

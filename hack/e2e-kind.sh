@@ -25,8 +25,11 @@ run sed -i "s#:latest#:$tag#" _artifacts/e2e-kind.yaml
 run bin/kubectl apply --server-side -f _artifacts/e2e-kind.yaml
 run bin/kubectl create namespace aibrix-system
 run bin/kubectl -n modelplane-system rollout status deploy/adapter-controller deploy/router-controller --timeout 180s
-run bin/kubectl -n modelplane-system port-forward svc/adapter-controller-metrics 18443:8443 &
-echo "Note: on kind the fake engine runs inside each model pod (image fake-engine:$tag); engine admin checks are skipped"
-run env E2E_ENGINE_IMAGE=ghcr.io/modelplane/fake-engine:$tag E2E_RESTART_ROUTER="bin/kubectl -n modelplane-system delete pod -l app.kubernetes.io/name=router-controller" \
+echo "Note: on kind each model pod runs the fake engine image (fake-engine --serve-pod); the engine"
+echo "admin checks (per-engine adapter lists, engine restart) and the metrics scrape test are skipped there."
+k="$root/bin/kubectl -n modelplane-system"
+run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_ENGINE_IMAGE=ghcr.io/modelplane/fake-engine:$tag \
+  E2E_STOP_ROUTER="$k scale deploy/router-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=router-controller --timeout=60s" \
+  E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s" \
   bash -c "cd test && go test -tags e2e -count=1 -timeout 20m -v ./e2e/"
 echo "Clean up with: $kind delete cluster --name $cluster"

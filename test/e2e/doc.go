@@ -4,9 +4,8 @@
 //	E2E_ENGINE_ADMIN      fake engine admin API (GET /engines, POST .../restart)
 //	E2E_ADAPTER_METRICS   adapter-controller metrics URL
 //	E2E_ROUTER_METRICS    router-controller metrics URL
-//	E2E_RESTART_ROUTER    shell command that restarts the router-controller (default: delete
-//	                      its pods in modelplane-system)
-//	E2E_STOP_ROUTER / E2E_START_ROUTER  stop and start it separately (host processes)
+//	E2E_STOP_ROUTER / E2E_START_ROUTER  shell commands that stop and start the router-controller
+//	E2E_ENGINE_IMAGE      image of the model pods (kind: the fake engine image)
 //	E2E_GATEWAY_NAMESPACE gateway namespace of the routes (default aibrix-system)
 //
 // make e2e-local sets them for the local kwok cluster, make e2e for kind.

@@ -101,7 +101,7 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
 						Name: "engine", Image: env("E2E_ENGINE_IMAGE", "ghcr.io/modelplane/fake-engine:e2e"),
-						Args:  []string{"--serve-self", "--port=8000", "--base-model=" + model},
+						Args:  []string{"--serve-pod", "--port=8000", "--base-model=" + model},
 						Ports: []corev1.ContainerPort{{ContainerPort: 8000}},
 					}},
 				},
@@ -157,9 +157,6 @@ type engineInfo struct {
 func engines(t *testing.T) map[string]engineInfo {
 	t.Helper()
 	admin := os.Getenv("E2E_ENGINE_ADMIN")
-	if admin == "" {
-		t.Skip("E2E_ENGINE_ADMIN is not set")
-	}
 	resp, err := http.Get(admin + "/engines")
 	if err != nil {
 		t.Fatalf("engine admin: %v", err)
@@ -176,7 +173,14 @@ func engines(t *testing.T) map[string]engineInfo {
 	return out
 }
 
+// haveEngineAdmin reports whether the engines can be inspected (the local cluster's fake
+// engine process); on kind each pod runs its own engine and only the API is checked.
+func haveEngineAdmin() bool { return os.Getenv("E2E_ENGINE_ADMIN") != "" }
+
 func adapterOn(t *testing.T, ns string, pods []corev1.Pod, adapter string) (bool, string) {
+	if !haveEngineAdmin() {
+		return true, ""
+	}
 	es := engines(t)
 	var missing []string
 	for _, p := range pods {
@@ -271,19 +275,12 @@ func TestAdapterLifecycle(t *testing.T) {
 	})
 
 	// Engine restart: the engine forgets its adapters; the inventory finds out and reloads.
-	admin := os.Getenv("E2E_ENGINE_ADMIN")
-	loadsBefore := engines(t)[ns+"/"+pods[0].Name].Counts.Loads
-	resp, err := http.Post(admin+"/engines/"+ns+"/"+pods[0].Name+"/restart", "application/json", nil)
-	if err != nil || resp.StatusCode >= 300 {
-		t.Fatalf("restarting the engine of %s: %v %v", pods[0].Name, err, resp)
+	// It needs the fake engine admin API (local cluster); on kind it is logged as skipped.
+	if haveEngineAdmin() {
+		restartEngine(t, ns, pods[0], adapterName)
+	} else {
+		t.Log("E2E_ENGINE_ADMIN is not set: skipping the engine restart step")
 	}
-	resp.Body.Close()
-	waitFor(t, 60*time.Second, "the adapter reloaded after the engine restart", func() (bool, string) {
-		if loads := engines(t)[ns+"/"+pods[0].Name].Counts.Loads; loads <= loadsBefore {
-			return false, fmt.Sprintf("no new load yet (%d loads)", loads)
-		}
-		return adapterOn(t, ns, pods[:1], adapterName)
-	})
 
 	// Scale 3 → 5.
 	patch := client.MergeFrom(dep.DeepCopy())
@@ -307,6 +304,9 @@ func TestAdapterLifecycle(t *testing.T) {
 		_, err := adapterStatus(ns, adapterName)
 		if !apierrors.IsNotFound(err) {
 			return false, "adapter still exists"
+		}
+		if !haveEngineAdmin() {
+			return true, ""
 		}
 		es := engines(t)
 		for _, p := range readyPods(t, ns, model) {
@@ -385,4 +385,22 @@ func TestControllersExposeSyncMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// restartEngine makes the fake engine of a pod forget its adapters and waits for a reload.
+func restartEngine(t *testing.T, ns string, pod corev1.Pod, adapterName string) {
+	t.Helper()
+	admin := os.Getenv("E2E_ENGINE_ADMIN")
+	loadsBefore := engines(t)[ns+"/"+pod.Name].Counts.Loads
+	resp, err := http.Post(admin+"/engines/"+ns+"/"+pod.Name+"/restart", "application/json", nil)
+	if err != nil || resp.StatusCode >= 300 {
+		t.Fatalf("restarting the engine of %s: %v %v", pod.Name, err, resp)
+	}
+	resp.Body.Close()
+	waitFor(t, 60*time.Second, "the adapter reloaded after the engine restart", func() (bool, string) {
+		if loads := engines(t)[ns+"/"+pod.Name].Counts.Loads; loads <= loadsBefore {
+			return false, fmt.Sprintf("no new load yet (%d loads)", loads)
+		}
+		return adapterOn(t, ns, []corev1.Pod{pod}, adapterName)
+	})
 }

@@ -55,6 +55,11 @@ type options struct {
 	apiKey        string
 	latency       time.Duration
 	adminAddress  string
+	// In-pod mode (the fake engine image on kind): serve this container's own pod.
+	servePod  bool
+	port      int
+	baseModel string
+	engine    string
 }
 
 func main() {
@@ -66,6 +71,10 @@ func main() {
 	flag.StringVar(&o.apiKey, "api-key", "", "API key the engines require as \"Authorization: Bearer <key>\" (default none).")
 	flag.DurationVar(&o.latency, "latency", 0, "Delay added to every engine request.")
 	flag.StringVar(&o.adminAddress, "admin-address", "127.0.0.1:9400", "Address of the admin API (must be in 127.0.0.0/8).")
+	flag.BoolVar(&o.servePod, "serve-pod", false, "Serve one engine on every interface of this container (the fake engine image inside a kind pod) instead of watching kwok pods.")
+	flag.IntVar(&o.port, "port", 8000, "Engine port with --serve-pod.")
+	flag.StringVar(&o.baseModel, "base-model", fakeengine.DefaultBaseModel, "Base model name with --serve-pod.")
+	flag.StringVar(&o.engine, "engine", string(fakeengine.VLLM), "Engine API with --serve-pod: vllm or sglang.")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nServes fake vLLM/SGLang engines on the loopback IPs of kwok pods.\n\n", os.Args[0])
 		flag.PrintDefaults()
@@ -82,7 +91,12 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal kills the process
 	}()
-	err := run(ctx, o)
+	var err error
+	if o.servePod {
+		err = servePod(ctx, o)
+	} else {
+		err = run(ctx, o)
+	}
 	stop()
 	if err != nil {
 		klog.ErrorS(err, "fake-engine failed")
@@ -203,4 +217,18 @@ func podListWatch(client kubernetes.Interface, namespace, selector string) cache
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, client)
+}
+
+// servePod serves one engine for the pod this process runs in, until ctx ends.
+func servePod(ctx context.Context, o options) error {
+	e, err := fakeengine.StartInPod(o.port, fakeengine.Options{
+		BaseModel: o.baseModel, Kind: fakeengine.Kind(o.engine), APIKey: o.apiKey, Latency: o.latency,
+	})
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Serving a fake engine for this pod", "address", e.Addr(), "kind", o.engine, "baseModel", o.baseModel)
+	<-ctx.Done()
+	e.Close()
+	return nil
 }

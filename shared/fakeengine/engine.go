@@ -116,17 +116,17 @@ func Start(ip string, port int, opts Options) (*Engine, error) {
 	if err := checkIP(ip); err != nil {
 		return nil, err
 	}
-	return start(ip, port, opts)
+	return listenAndServe(ip, port, opts)
 }
 
 // StartInPod starts an engine on every interface of the container it runs in: the fake
 // engine image for kind clusters serves its own pod this way. Tests and host processes use
 // Start, which only listens on loopback addresses.
 func StartInPod(port int, opts Options) (*Engine, error) {
-	return start("", port, opts)
+	return listenAndServe("", port, opts)
 }
 
-func start(ip string, port int, opts Options) (*Engine, error) {
+func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 	if port < 0 || port > 65535 {
 		return nil, fmt.Errorf("fakeengine: invalid port %d", port)
 	}

@@ -70,5 +70,13 @@ func TestLoopbackEndpointSlicePolicy(t *testing.T) {
 	if e.Addresses[0] != "198.18.3.7" || e.TargetRef == nil || e.TargetRef.Name != "p" || e.NodeName == nil || *e.NodeName != "node-1" || !*e.Conditions.Ready {
 		t.Fatalf("stored endpoint %+v, want address 198.18.3.7 with targetRef, nodeName and conditions kept", e)
 	}
+	// An EndpointSlice without endpoints (an adapter loaded nowhere yet) passes untouched.
+	empty := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "empty", Namespace: "default"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	if err := c.Create(ctx, empty); err != nil {
+		t.Fatalf("creating an EndpointSlice without endpoints: %v", err)
+	}
 	_ = os.Getenv("")
 }

@@ -1,0 +1,143 @@
+package adapter_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/fakeengine"
+)
+
+// TestEngineFaultsClassified: every way an engine can fail ends in a bounded time with the
+// Ready condition False and a reason that names the failure.
+func TestEngineFaultsClassified(t *testing.T) {
+	needEnv(t)
+	cases := []struct {
+		name   string
+		fault  *fakeengine.Fault // nil: no engine at all (connection refused)
+		reason string
+	}{
+		{"server error", &fakeengine.Fault{Op: fakeengine.OpLoad, Status: 500}, "EngineServerError"},
+		{"runtime updating disabled", &fakeengine.Fault{Op: fakeengine.OpLoad, Status: 404, Body: `{"detail":"Not Found"}`}, "LoRAUpdatingDisabled"},
+		{"unauthorized", &fakeengine.Fault{Op: fakeengine.OpLoad, Status: 401}, "EngineUnauthorized"},
+		{"hang past the timeout", &fakeengine.Fault{Op: fakeengine.OpLoad, Hang: time.Minute}, "EngineTimeout"},
+		{"connection refused", nil, "EngineUnreachable"},
+		{"10 MB body", &fakeengine.Fault{Op: fakeengine.OpLoad, HugeBody: 10 << 20}, "EngineResponseTooLarge"},
+		{"malformed list", &fakeengine.Fault{Op: fakeengine.OpList, Malformed: true}, "EngineBadResponse"},
+		{"lying engine", &fakeengine.Fault{Op: fakeengine.OpLoad, Lie: true}, "NotVerified"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxFor(t)
+			ns := newNamespace(t)
+			ip := newIP()
+			if tc.fault != nil {
+				e := engine(t, ip, 8000, fakeengine.Options{})
+				e.SetFault(*tc.fault)
+			}
+			model := fmt.Sprintf("fault%d", i)
+			modelPod(t, ns, model+"-0", ip, modelLabels(model))
+			a := newAdapter(ns, "a", model)
+			start := time.Now()
+			if err := k8s.Create(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			got := waitAdapter(t, client.ObjectKeyFromObject(a), 45*time.Second, "Ready False/"+tc.reason, func(a *v1alpha1.ModelAdapter) bool {
+				c := readyCondition(a)
+				return c != nil && c.Status == "False" && c.Reason == tc.reason
+			})
+			c := readyCondition(got)
+			if !strings.Contains(c.Message, model+"-0") {
+				t.Errorf("Ready message %q does not name the pod %s-0", c.Message, model)
+			}
+			t.Logf("%s: Ready False/%s after %s, phase %s: %s", tc.name, c.Reason, time.Since(start).Round(10*time.Millisecond), got.Status.Phase, c.Message)
+		})
+	}
+}
+
+// TestFailingLoadsBackOffWithoutLeaking: a load that keeps failing is retried with growing
+// gaps (base 200ms doubling to 1s in the suite), and ~100 failing loads across adapters
+// leave the goroutine count where it was.
+func TestFailingLoadsBackOffWithoutLeaking(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+
+	// Backoff: one adapter, one pod, every load fails.
+	ip := newIP()
+	e := engine(t, ip, 8000, fakeengine.Options{})
+	e.SetFault(fakeengine.Fault{Op: fakeengine.OpLoad, Status: 500})
+	modelPod(t, ns, "b-0", ip, modelLabels("b"))
+	a := newAdapter(ns, "backoff", "b")
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	const window = 6 * time.Second
+	var at []time.Duration
+	var start time.Time
+	seen := 0
+	for deadline := time.Now().Add(30 * time.Second); start.IsZero() || time.Since(start) < window; {
+		if n := e.Loads(); n > seen {
+			if start.IsZero() {
+				start = time.Now()
+			}
+			for ; seen < n; seen++ {
+				at = append(at, time.Since(start))
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no load attempt within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(at); i++ {
+		gaps = append(gaps, (at[i] - at[i-1]).Round(10*time.Millisecond))
+	}
+	firstHalf := 0
+	for _, d := range at {
+		if d < window/2 {
+			firstHalf++
+		}
+	}
+	t.Logf("backoff: %d loads in %s (%d in the first half, %d in the second), gaps %v", len(at), window, firstHalf, len(at)-firstHalf, gaps)
+	// Without backoff (a fixed 200ms) there would be ~30 attempts; with doubling to 1s ~9.
+	if len(at) > 14 {
+		t.Errorf("%d load attempts in %s, want at most 14 (retries do not back off)", len(at), window)
+	}
+	if len(at)-firstHalf > firstHalf {
+		t.Errorf("more loads in the second half of the window (%d) than in the first (%d): retries do not slow down", len(at)-firstHalf, firstHalf)
+	}
+	if len(gaps) >= 3 && gaps[len(gaps)-1] < 3*gaps[0] {
+		t.Errorf("last gap %s is not at least 3x the first %s", gaps[len(gaps)-1], gaps[0])
+	}
+
+	// Leaks: 40 adapters on a pod whose engine answers 503, ~120 failing loads in all; the
+	// goroutine count is measured once failures are steady (40 loads) and again after 80
+	// more.
+	ip2 := newIP()
+	e2 := engine(t, ip2, 8000, fakeengine.Options{})
+	e2.SetFault(fakeengine.Fault{Op: fakeengine.OpLoad, Status: 503})
+	modelPod(t, ns, "l-0", ip2, modelLabels("l"))
+	for i := range 40 {
+		if err := k8s.Create(ctx, newAdapter(ns, fmt.Sprintf("leak-%d", i), "l")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "40 failing loads", func() bool { return e2.Loads() >= 40 })
+	runtime.GC()
+	before, loadsBefore := runtime.NumGoroutine(), e2.Loads()
+	waitFor(t, 60*time.Second, "80 more failing loads", func() bool { return e2.Loads() >= loadsBefore+80 })
+	runtime.GC()
+	after, loadsAfter := runtime.NumGoroutine(), e2.Loads()
+	t.Logf("goroutines: %d before and %d after %d failing loads (delta %d)", before, after, loadsAfter-loadsBefore, after-before)
+	if after-before > 25 {
+		t.Errorf("goroutines grew by %d (from %d to %d) over %d failing loads", after-before, before, after, loadsAfter-loadsBefore)
+	}
+}

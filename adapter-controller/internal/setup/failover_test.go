@@ -1,0 +1,194 @@
+package setup_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/shared/testenv"
+)
+
+// listCounter counts the list requests of a configuration: plain LISTs and the initial
+// list of a streaming watch-list.
+type listCounter struct{ n atomic.Int64 }
+
+func (c *listCounter) watch(cfg *rest.Config) *rest.Config {
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			q := r.URL.Query()
+			if r.Method == http.MethodGet && (q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true") && isCollection(r.URL.Path) {
+				c.n.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	return cfg
+}
+
+// isCollection tells the cached kinds' collection paths from gets of single objects
+// (leases are read one by one, and discovery has no namespaces/... form).
+func isCollection(path string) bool {
+	for _, suffix := range []string{"/pods", "/services", "/endpointslices", "/modeladapters"} {
+		if len(path) >= len(suffix) && path[len(path)-len(suffix):] == suffix {
+			return true
+		}
+	}
+	return false
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestLeaderFailover: two replicas with leader election (lease 3s, renew 2s, retry 500ms);
+// the leader's API connection dies without releasing the lease (its proxy is closed, as if
+// the process crashed). The warm standby takes over and loads a new adapter within the
+// lease duration + 2s, without listing anything again.
+func TestLeaderFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs envtest")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k8s, err := client.New(env.Config, client.Options{Scheme: setup.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.EnsureNamespace(ctx, systemNamespace); err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "failover-"}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	ip := "127.0.32.1"
+	e, err := fakeengine.Start(ip, 8000, fakeengine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	labels := map[string]string{v1alpha1.ModelNameLabel: "fo", v1alpha1.AdapterEnabledLabel: "true"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fo-0", Namespace: ns.Name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	newAdapter := func(name string) *v1alpha1.ModelAdapter {
+		a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name},
+			Spec: v1alpha1.ModelAdapterSpec{PodSelector: &metav1.LabelSelector{MatchLabels: labels}, ArtifactURL: "/models/" + name}}
+		if err := k8s.Create(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	waitRunning := func(a *v1alpha1.ModelAdapter, timeout time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(timeout); ; {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err == nil && a.Status.Phase == v1alpha1.ModelAdapterRunning {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("adapter %s not Running after %s; status %+v", a.Name, timeout, a.Status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	const lease = 3 * time.Second
+	replica := func() *setup.Options {
+		o := options(t)
+		o.WatchNamespaces = []string{ns.Name}
+		o.LeaderElect = true
+		o.LeaderElectionNamespace = systemNamespace
+		o.LeaderElectionID = "adapter-controller-failover-test"
+		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = lease, 2*time.Second, 500*time.Millisecond
+		return o
+	}
+
+	// The leader talks to the API server through a proxy that the test can cut.
+	proxy, err := testenv.NewSlowProxy(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	leaderCtx, stopLeader := context.WithCancel(ctx)
+	defer stopLeader()
+	leaderDone := make(chan error, 1)
+	go func() { leaderDone <- setup.Run(leaderCtx, replica(), proxy.Config()) }()
+	first := newAdapter("first")
+	waitRunning(first, 30*time.Second)
+
+	// The standby starts, syncs its caches and waits for the lease.
+	var lists listCounter
+	so := replica()
+	standbyCtx, stopStandby := context.WithCancel(ctx)
+	standbyDone := make(chan error, 1)
+	go func() { standbyDone <- setup.Run(standbyCtx, so, lists.watch(rest.CopyConfig(env.Config))) }()
+	defer func() {
+		stopStandby()
+		if err := <-standbyDone; err != nil {
+			t.Errorf("standby: %v", err)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get("http://" + so.HealthProbeBindAddress + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby was not ready within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	syncs := func() float64 {
+		v, err := testenv.MetricSum("modelplane_cache_sync_duration_seconds", map[string]string{"controller": setup.ControllerName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	syncsBefore, listsBefore := syncs(), lists.n.Load()
+
+	// Crash the leader: its connections drop and it cannot release the lease.
+	killed := time.Now()
+	proxy.CloseClientConnections()
+	proxy.Close()
+	second := newAdapter("second")
+	waitRunning(second, 30*time.Second)
+	took := time.Since(killed)
+	syncsAfter, listsAfter := syncs(), lists.n.Load()
+	t.Logf("failover: standby loaded a new adapter %s after the leader died (lease %s); cache syncs %v -> %v, standby lists %d -> %d",
+		took.Round(10*time.Millisecond), lease, syncsBefore, syncsAfter, listsBefore, listsAfter)
+	if took > lease+2*time.Second {
+		t.Errorf("failover took %s, want at most %s", took, lease+2*time.Second)
+	}
+	if syncsAfter != syncsBefore {
+		t.Errorf("cache syncs went from %v to %v during failover: the standby synced again", syncsBefore, syncsAfter)
+	}
+	if listsAfter != listsBefore {
+		t.Errorf("the standby listed %d times during failover, want 0", listsAfter-listsBefore)
+	}
+	select {
+	case err := <-leaderDone:
+		t.Logf("old leader stopped: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Error("the old leader did not stop within 10s of losing its API server")
+	}
+}

@@ -214,6 +214,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		wg sync.WaitGroup
 	)
 	loaded := map[string]bool{}
+	var newlyLoaded []string
 	for _, pod := range p.desired {
 		if r.isLoaded(pod, a) {
 			loaded[pod.Name] = true
@@ -233,6 +234,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			if err == nil {
 				r.backoff.succeeded(k)
 				loaded[pod.Name] = true
+				newlyLoaded = append(newlyLoaded, pod.Name)
 				return
 			}
 			n, wait := r.backoff.failed(k, r.clock.Now(), err)
@@ -269,6 +271,20 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			p.instances = append(p.instances, pod)
 		}
 	}
+	if len(newlyLoaded) > 0 {
+		// One event per pass, not per pod: loading on N pods costs one API write, not N.
+		slices.Sort(newlyLoaded)
+		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonLoaded, "Load", "Loaded and verified on %d pods: %s",
+			len(newlyLoaded), summarize(newlyLoaded, 10))
+	}
+}
+
+// summarize lists at most n names and says how many more there are.
+func summarize(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // acquire takes one of the global engine call slots.
@@ -316,7 +332,6 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	}
 	loadsTotal.WithLabelValues(string(ep.Kind), "success").Inc()
 	klog.FromContext(ctx).V(2).Info("Loaded adapter", "pod", klog.KObj(pod))
-	r.recorder.Eventf(a, pod, corev1.EventTypeNormal, ReasonLoaded, "Load", "Loaded on pod %s", pod.Name)
 	return nil
 }
 

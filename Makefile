@@ -26,7 +26,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
-MODULES := shared adapter-controller router-controller
+MODULES := shared adapter-controller router-controller hack/bench
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/modelplane/modelplane/shared/version.Version=$(VERSION)
 
@@ -199,3 +199,14 @@ demo: tools build fake-engine test-deps ## Start the local cluster, both control
 .PHONY: demo-down
 demo-down: ## Stop the demo and delete its cluster.
 	hack/demo.sh down
+
+##@ Benchmarks
+
+BENCH_SIZE ?= default
+BENCH_CLUSTER ?= bench
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: tools build ## Benchmark both controllers on a kwok cluster of their own (BENCH_CLUSTER=bench); BENCH_SIZE=tiny|small|default|large, BENCH_ARGS=flags; table and JSON in _artifacts/bench/.
+	cd hack/bench && GOWORK=off go build -o $(ROOT)/_artifacts/bench/bench .
+	$(ROOT)/_artifacts/bench/bench -root $(ROOT) -size $(BENCH_SIZE) -cluster-name $(BENCH_CLUSTER) $(BENCH_ARGS)

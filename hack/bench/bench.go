@@ -1,0 +1,713 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelplane/modelplane/shared/fakeengine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+type bench struct {
+	o              options
+	kubeconfig     string
+	admin          *clients
+	clusterStarted bool
+	procs          []*proc
+	fleet          fakeengine.Fleet
+	poolPods       int
+	poolIPs        map[int][]string
+}
+
+// Startup is one binary's startup at one point.
+type Startup struct {
+	ReadySeconds     float64            `json:"readySeconds"`
+	CacheSyncSeconds map[string]float64 `json:"cacheSyncSeconds"`
+	RSSMetricBytes   float64            `json:"processResidentMemoryBytes"`
+	VMRSSBytes       float64            `json:"vmRSSBytes"`
+	FloorSeconds     float64            `json:"floorListSeconds"`
+	FloorObjects     map[string]int     `json:"floorObjects"`
+	Ratio            float64            `json:"ratio"`
+}
+
+// Result holds the figures of one point.
+type Result struct {
+	Point   Point               `json:"point"`
+	Startup map[string]*Startup `json:"startup"`
+
+	AdapterSeconds     float64            `json:"adapterConvergenceSeconds"`
+	AdapterLoads       int                `json:"adapterEngineLoadCalls"`
+	AdapterLoadsPerSec float64            `json:"adapterLoadsPerSecond"`
+	EngineFloorSeconds float64            `json:"engineFloorSeconds"`
+	EngineFloorPerSec  float64            `json:"engineFloorLoadsPerSecond"`
+	AdapterRateOfFloor float64            `json:"adapterRateOfFloor"`
+	WritesPerAdapter   float64            `json:"apiWritesPerAdapter"`
+	WritesByMethod     map[string]float64 `json:"apiWritesPerAdapterByMethod"`
+	EventsPerAdapter   float64            `json:"eventsPerAdapter"`
+	ListsPerPodPeriod  float64            `json:"engineListsPerPodPerPeriod"`
+	RouterSeconds      float64            `json:"routerConvergenceSeconds"`
+	RouterWrites       float64            `json:"routerWrites"`
+	RouterFloorSeconds float64            `json:"routerFloorSeconds"`
+	RouterRatio        float64            `json:"routerRatio"`
+	Errors             []string           `json:"errors,omitempty"`
+}
+
+func (b *bench) run(ctx context.Context, points []Point) error {
+	started := time.Now()
+	maxPods := 0
+	for _, p := range points {
+		if p.S+p.U > maxPods {
+			maxPods = p.S + p.U
+		}
+	}
+	pool := 0
+	for _, p := range points {
+		pool += p.P
+	}
+	for _, bin := range []string{"adapter-controller", "router-controller", "kubectl", "kwokctl"} {
+		if _, err := os.Stat(filepath.Join(b.o.root, "bin", bin)); err != nil {
+			return fmt.Errorf("bin/%s is missing: run make tools build", bin)
+		}
+	}
+	b.kubeconfig = filepath.Join(b.o.root, "_artifacts", "kwok", "clusters", b.o.cluster, "kubeconfig.yaml")
+	// The cluster must exist before clients can be built; clusterUp sets b.admin after the
+	// cluster answers.
+	if err := b.clusterUpAndClients(ctx, maxPods+pool); err != nil {
+		return err
+	}
+	b.poolIPs = map[int][]string{}
+	rep := &Report{Started: started.UTC(), Machine: machine(), Settings: map[string]any{
+		"engineLatency": b.o.engineLatency.String(), "inventoryPeriod": b.o.inventoryPeriod.String(),
+		"maxParallelEngineCalls": b.o.engineParallel, "kubeAPIQPS": b.o.qps, "kubeAPIBurst": b.o.burst,
+		"size": b.o.size, "cluster": b.o.cluster,
+	}}
+	for i, p := range points {
+		r, err := b.runPoint(ctx, i, p)
+		if r != nil {
+			rep.Points = append(rep.Points, r)
+		}
+		if err != nil {
+			if r != nil {
+				r.Errors = append(r.Errors, err.Error())
+			}
+			logf("point %d: %v", i+1, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	rep.Duration = time.Since(started).Round(time.Second).String()
+	md := markdown(rep)
+	fmt.Print(md)
+	if err := os.WriteFile(filepath.Join(b.o.out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(b.o.out, "results.json"), rep); err != nil {
+		return err
+	}
+	logf("results in %s/results.{md,json}", b.o.out)
+	for _, r := range rep.Points {
+		if len(r.Errors) > 0 {
+			return fmt.Errorf("%d point(s) had errors (see the table)", len(r.Errors))
+		}
+	}
+	return ctx.Err()
+}
+
+func (b *bench) clusterUpAndClients(ctx context.Context, pods int) error {
+	var err error
+	upErr := b.clusterUpNoNS(ctx, pods)
+	if upErr != nil {
+		return upErr
+	}
+	if b.admin, err = newClients(b.kubeconfig, 0, 0); err != nil {
+		return err
+	}
+	return b.clusterUp(ctx, pods)
+}
+
+func (b *bench) cleanup() {
+	for i := len(b.procs) - 1; i >= 0; i-- {
+		b.procs[i].stop()
+	}
+	b.fleet.Close()
+	if b.clusterStarted && !b.o.keepCluster {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		logf("deleting cluster %s", b.o.cluster)
+		if err := b.sh(ctx, []string{"CLUSTER_NAME=" + b.o.cluster}, filepath.Join(b.o.root, "hack", "cluster.sh"), "down"); err != nil {
+			logf("cluster down: %v", err)
+		}
+	}
+}
+
+func (b *bench) runPoint(ctx context.Context, idx int, p Point) (*Result, error) {
+	logf("=== point %d: %s", idx+1, p)
+	r := &Result{Point: p, Startup: map[string]*Startup{}}
+	if err := b.populate(ctx, idx, p); err != nil {
+		return r, err
+	}
+	stopEngines := b.serveEngines(ctx, idx)
+	defer stopEngines()
+	if err := b.adapterStages(ctx, idx, p, r); err != nil {
+		return r, fmt.Errorf("adapter-controller: %w", err)
+	}
+	if err := b.routerStages(ctx, idx, p, r); err != nil {
+		return r, fmt.Errorf("router-controller: %w", err)
+	}
+	return r, nil
+}
+
+// serveEngines starts a fake engine on the IP of every pod of this point's pool, as the pods
+// get IPs, until the returned function is called.
+func (b *bench) serveEngines(ctx context.Context, idx int) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			l, err := b.admin.kube.CoreV1().Pods(modelsNS).List(ctx, metav1.ListOptions{LabelSelector: modelLabel + "=" + poolName(idx)})
+			if err == nil {
+				for i := range l.Items {
+					ip := l.Items[i].Status.PodIP
+					if ip == "" || b.fleet.Get(ip) != nil {
+						continue
+					}
+					if _, err := b.fleet.Add(ip, b.o.enginePort, fakeengine.Options{Latency: b.o.engineLatency}); err != nil {
+						logf("fake engine on %s: %v", ip, err)
+						continue
+					}
+					b.addPoolIP(idx, ip)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+var poolMu sync.Mutex
+
+func (b *bench) addPoolIP(idx int, ip string) {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	b.poolIPs[idx] = append(b.poolIPs[idx], ip)
+}
+
+func (b *bench) pool(idx int) []string {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	return append([]string(nil), b.poolIPs[idx]...)
+}
+
+// measureStartup waits for /readyz and reads the sync durations and memory.
+func (b *bench) measureStartup(ctx context.Context, p *proc) (*Startup, error) {
+	d, err := p.waitReady(ctx, 5*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	s := &Startup{ReadySeconds: d.Seconds(), CacheSyncSeconds: map[string]float64{}}
+	s.VMRSSBytes = p.vmRSS()
+	ss, err := p.scrape()
+	if err != nil {
+		return s, err
+	}
+	for _, x := range ss {
+		if x.name == "modelplane_cache_sync_duration_seconds_sum" {
+			s.CacheSyncSeconds[x.labels["kind"]] += x.value
+		}
+	}
+	s.RSSMetricBytes = sum(ss, "process_resident_memory_bytes", nil)
+	logf("  %s ready after %.2fs; RSS %.1f MiB; sync %v", p.name, s.ReadySeconds, s.VMRSSBytes/(1<<20), s.CacheSyncSeconds)
+	return s, nil
+}
+
+type listSpec struct {
+	name     string
+	gvr      schema.GroupVersionResource
+	ns       string
+	selector string
+	meta     bool // metadata-only
+	typedPod bool
+}
+
+// floorList lists the given resources in parallel, paginated, with a fresh client, and
+// returns the wall time.
+func (b *bench) floorList(ctx context.Context, specs []listSpec) (time.Duration, map[string]int, error) {
+	c, err := newClients(b.kubeconfig, float32(b.o.qps), b.o.burst)
+	if err != nil {
+		return 0, nil, err
+	}
+	counts := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, len(specs))
+	start := time.Now()
+	for _, sp := range specs {
+		wg.Go(func() {
+			n := 0
+			opts := metav1.ListOptions{LabelSelector: sp.selector, Limit: 500}
+			for {
+				var cont string
+				switch {
+				case sp.typedPod:
+					l, err := c.kube.CoreV1().Pods(sp.ns).List(ctx, opts)
+					if err != nil {
+						errs <- err
+						return
+					}
+					n += len(l.Items)
+					cont = l.Continue
+				case sp.meta:
+					l, err := c.meta.Resource(sp.gvr).Namespace(sp.ns).List(ctx, opts)
+					if err != nil {
+						errs <- err
+						return
+					}
+					n += len(l.Items)
+					cont = l.Continue
+				default:
+					l, err := c.dyn.Resource(sp.gvr).Namespace(sp.ns).List(ctx, opts)
+					if err != nil {
+						errs <- err
+						return
+					}
+					n += len(l.Items)
+					cont = l.GetContinue()
+				}
+				if cont == "" {
+					break
+				}
+				opts.Continue = cont
+			}
+			mu.Lock()
+			counts[sp.name] = n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	close(errs)
+	for err := range errs {
+		return d, counts, err
+	}
+	return d, counts, nil
+}
+
+func adapterFloorSpecs() []listSpec {
+	return []listSpec{
+		{name: "Pod", ns: corev1.NamespaceAll, selector: modelLabel, typedPod: true},
+		{name: "ModelAdapter", gvr: adapterGVR},
+	}
+}
+
+func routerFloorSpecs() []listSpec {
+	return []listSpec{
+		{name: "Deployment", gvr: deployGVR, meta: true},
+		{name: "StatefulSet", gvr: stsGVR, meta: true},
+		{name: "ModelAdapter", gvr: adapterGVR},
+		{name: "HTTPRoute", gvr: routeGVR, ns: gatewayNS},
+		{name: "ReferenceGrant", gvr: grantGVR},
+	}
+}
+
+func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) error {
+	// Floor first (same cluster contents), then the process.
+	fd, fc, err := b.floorList(ctx, adapterFloorSpecs())
+	if err != nil {
+		return fmt.Errorf("floor list: %w", err)
+	}
+	proc, err := b.startController("adapter-controller", idx,
+		"--inventory-period", b.o.inventoryPeriod.String(),
+		"--max-parallel-engine-calls", fmt.Sprint(b.o.engineParallel))
+	if err != nil {
+		return err
+	}
+	defer proc.stop()
+	st, err := b.measureStartup(ctx, proc)
+	if st != nil {
+		st.FloorSeconds, st.FloorObjects = fd.Seconds(), fc
+		st.Ratio = st.ReadySeconds / st.FloorSeconds
+		r.Startup["adapter-controller"] = st
+	}
+	if err != nil {
+		return err
+	}
+
+	// Wait for the engines of this point's pool.
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(b.pool(idx)) < p.P {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d pool pods have engines", len(b.pool(idx)), p.P)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ips := b.pool(idx)
+	loads0 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() })
+	w0, err := proc.writes()
+	if err != nil {
+		return err
+	}
+	m0, err := proc.writesByMethod()
+	if err != nil {
+		return err
+	}
+
+	logf("adapter convergence: %d adapters × %d pods", p.A, p.P)
+	start := time.Now()
+	api := b.admin.dyn.Resource(adapterGVR).Namespace(modelsNS)
+	point := fmt.Sprint(idx + 1)
+	if err := parallel(ctx, "adapters created", p.A, b.o.parallel, func(ctx context.Context, i int) error {
+		_, err := api.Create(ctx, modelAdapter(idx, i, poolName(idx)), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	sel := metav1.ListOptions{LabelSelector: benchLabel + "=" + point}
+	if err := waitFor(ctx, 10*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
+		l, err := api.List(ctx, sel)
+		if err != nil {
+			return false, "", err
+		}
+		running := 0
+		for _, a := range l.Items {
+			if ph, _, _ := unstructured.NestedString(a.Object, "status", "phase"); ph == "Running" {
+				running++
+			}
+		}
+		return running >= p.A, fmt.Sprintf("adapters Running: %d/%d", running, p.A), nil
+	}); err != nil {
+		return err
+	}
+	r.AdapterSeconds = time.Since(start).Seconds()
+	r.AdapterLoads = b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() }) - loads0
+	r.AdapterLoadsPerSec = float64(p.A*p.P) / r.AdapterSeconds
+	logf("  all %d adapters Running after %.2fs (%d engine load calls)", p.A, r.AdapterSeconds, r.AdapterLoads)
+	time.Sleep(2 * time.Second) // let trailing status/EndpointSlice writes land
+	w1, err := proc.writes()
+	if err != nil {
+		return err
+	}
+	r.WritesPerAdapter = (w1 - w0) / float64(max(p.A, 1))
+	m1, err := proc.writesByMethod()
+	if err != nil {
+		return err
+	}
+	if ev, err := b.admin.kube.CoreV1().Events(modelsNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ModelAdapter"}); err == nil {
+		n := 0
+		for i := range ev.Items {
+			if strings.HasPrefix(ev.Items[i].InvolvedObject.Name, fmt.Sprintf("bench-p%d-", idx+1)) {
+				n++
+			}
+		}
+		r.EventsPerAdapter = float64(n) / float64(max(p.A, 1))
+	}
+	r.WritesByMethod = map[string]float64{}
+	for k, v := range m1 {
+		r.WritesByMethod[k] = (v - m0[k]) / float64(max(p.A, 1))
+	}
+
+	// Engine traffic over whole inventory periods.
+	logf("engine traffic: observing %d inventory periods of %s", b.o.periods, b.o.inventoryPeriod)
+	l0 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Lists() })
+	window := time.Duration(b.o.periods) * b.o.inventoryPeriod
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(window):
+	}
+	l1 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Lists() })
+	r.ListsPerPodPeriod = float64(l1-l0) / float64(len(ips)) / float64(b.o.periods)
+
+	// Engine floor: the same number of load calls from a minimal client at the same parallelism.
+	fs, err := b.engineFloor(ctx, ips, p.A*p.P)
+	if err != nil {
+		return fmt.Errorf("engine floor: %w", err)
+	}
+	r.EngineFloorSeconds = fs.Seconds()
+	r.EngineFloorPerSec = float64(p.A*p.P) / fs.Seconds()
+	r.AdapterRateOfFloor = r.AdapterLoadsPerSec / r.EngineFloorPerSec
+
+	// Delete the adapters while the controller runs (finalizers unload them).
+	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		return err
+	}
+	return waitFor(ctx, 3*time.Minute, 500*time.Millisecond, func() (bool, string, error) {
+		l, err := api.List(ctx, sel)
+		if err != nil {
+			return false, "", err
+		}
+		return len(l.Items) == 0, fmt.Sprintf("adapters left after delete: %d", len(l.Items)), nil
+	})
+}
+
+func modelAdapter(idx, i int, pool string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "model.aibrix.ai/v1alpha1",
+		"kind":       "ModelAdapter",
+		"metadata": map[string]any{
+			"name":   fmt.Sprintf("bench-p%d-lora-%04d", idx+1, i),
+			"labels": map[string]any{benchLabel: fmt.Sprint(idx + 1)},
+		},
+		"spec": map[string]any{
+			"podSelector": map[string]any{"matchLabels": map[string]any{modelLabel: pool}},
+			"artifactURL": fmt.Sprintf("huggingface://bench/lora-%04d", i),
+		},
+	}}
+}
+
+func (b *bench) engineTotal(ips []string, f func(*fakeengine.Engine) int) int {
+	t := 0
+	for _, ip := range ips {
+		if e := b.fleet.Get(ip); e != nil {
+			t += f(e)
+		}
+	}
+	return t
+}
+
+// engineFloor issues n vLLM load calls spread over the pool engines, engineParallel at a
+// time, and returns the wall time. The adapters are unloaded afterwards (not timed).
+func (b *bench) engineFloor(ctx context.Context, ips []string, n int) (time.Duration, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: b.o.engineParallel, MaxConnsPerHost: 0}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	call := func(ctx context.Context, path string, i int, body map[string]string) error {
+		ip := ips[i%len(ips)]
+		buf, _ := json.Marshal(body)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s:%d%s", ip, b.o.enginePort, path), bytes.NewReader(buf))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s on %s: %s", path, ip, resp.Status)
+		}
+		return nil
+	}
+	name := func(i int) string { return fmt.Sprintf("floor-%d", i/len(ips)) }
+	logf("engine floor: %d load calls, %d in parallel", n, b.o.engineParallel)
+	start := time.Now()
+	err := parallel(ctx, "engine floor loads", n, b.o.engineParallel, func(ctx context.Context, i int) error {
+		return call(ctx, "/v1/load_lora_adapter", i, map[string]string{"lora_name": name(i), "lora_path": "bench/" + name(i)})
+	})
+	d := time.Since(start)
+	if err != nil {
+		return d, err
+	}
+	return d, parallel(ctx, "engine floor unloads", n, b.o.engineParallel, func(ctx context.Context, i int) error {
+		return call(ctx, "/v1/unload_lora_adapter", i, map[string]string{"lora_name": name(i)})
+	})
+}
+
+func waitFor(ctx context.Context, timeout, every time.Duration, cond func() (bool, string, error)) error {
+	deadline := time.Now().Add(timeout)
+	last := time.Now()
+	for {
+		ok, msg, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Since(last) > 3*time.Second {
+			logf("  %s", msg)
+			last = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s after %s: %w", msg, timeout, errTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+func (b *bench) routerStages(ctx context.Context, idx int, p Point, r *Result) error {
+	routes := b.admin.dyn.Resource(routeGVR).Namespace(gatewayNS)
+	if err := routes.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	fd, fc, err := b.floorList(ctx, routerFloorSpecs())
+	if err != nil {
+		return fmt.Errorf("floor list: %w", err)
+	}
+	proc, err := b.startController("router-controller", idx)
+	if err != nil {
+		return err
+	}
+	defer proc.stop()
+	st, err := b.measureStartup(ctx, proc)
+	if st != nil {
+		st.FloorSeconds, st.FloorObjects = fd.Seconds(), fc
+		st.Ratio = st.ReadySeconds / st.FloorSeconds
+		r.Startup["router-controller"] = st
+	}
+	if err != nil {
+		return err
+	}
+	// Convergence: gate open → one HTTPRoute per model Deployment (plus the pools' models).
+	want := p.M + idx + 1
+	start := time.Now()
+	logf("router convergence: %d model Deployments → HTTPRoutes", want)
+	if err := waitFor(ctx, 10*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
+		l, err := b.admin.meta.Resource(routeGVR).Namespace(gatewayNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(l.Items) >= want, fmt.Sprintf("HTTPRoutes: %d/%d", len(l.Items), want), nil
+	}); err != nil {
+		return err
+	}
+	r.RouterSeconds = time.Since(start).Seconds()
+	time.Sleep(time.Second)
+	if r.RouterWrites, err = proc.writes(); err != nil {
+		return err
+	}
+	logf("  %d routes after %.2fs, %.0f API writes", want, r.RouterSeconds, r.RouterWrites)
+	proc.stop()
+
+	// Floor: the same number of HTTPRoutes created directly at the same client QPS/burst.
+	c, err := newClients(b.kubeconfig, float32(b.o.qps), b.o.burst)
+	if err != nil {
+		return err
+	}
+	fapi := c.dyn.Resource(routeGVR).Namespace(floorNS)
+	fstart := time.Now()
+	if err := parallel(ctx, "floor HTTPRoutes created", want, b.o.parallel, func(ctx context.Context, i int) error {
+		_, err := fapi.Create(ctx, floorRoute(i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	r.RouterFloorSeconds = time.Since(fstart).Seconds()
+	r.RouterRatio = r.RouterSeconds / r.RouterFloorSeconds
+	return b.admin.dyn.Resource(routeGVR).Namespace(floorNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+}
+
+var defaultPaths = []string{"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
+	"/v1/rerank", "/v1/classify", "/generate", "/generatevideo", "/v1/audio/transcriptions", "/v1/audio/translations"}
+
+// floorRoute is an HTTPRoute shaped like the router's: one match per path with the model header.
+func floorRoute(i int) *unstructured.Unstructured {
+	model := modelName(i)
+	var matches []any
+	for _, p := range defaultPaths {
+		matches = append(matches, map[string]any{
+			"path":    map[string]any{"type": "PathPrefix", "value": p},
+			"headers": []any{map[string]any{"type": "Exact", "name": "model", "value": model}},
+		})
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gateway.networking.k8s.io/v1",
+		"kind":       "HTTPRoute",
+		"metadata":   map[string]any{"name": model + "-router"},
+		"spec": map[string]any{
+			"parentRefs": []any{map[string]any{"name": "aibrix-eg", "namespace": gatewayNS}},
+			"rules": []any{map[string]any{
+				"matches":     matches,
+				"backendRefs": []any{map[string]any{"name": model, "namespace": modelsNS, "port": int64(8000)}},
+				"timeouts":    map[string]any{"request": "120s"},
+			}},
+		},
+	}}
+}
+
+func markdown(rep *Report) string {
+	var w strings.Builder
+	m := rep.Machine
+	fmt.Fprintf(&w, "\n## modelplane benchmark (%s, %s)\n\n", rep.Started.Format(time.RFC3339), rep.Duration)
+	fmt.Fprintf(&w, "Machine: %d CPUs, %s memory, %s, kernel %s. Settings: engine latency %v, inventory period %v, "+
+		"max parallel engine calls %v, kube-api-qps %v / burst %v.\n\n",
+		m.CPUs, m.MemoryGiB, m.Go, m.Kernel, rep.Settings["engineLatency"], rep.Settings["inventoryPeriod"],
+		rep.Settings["maxParallelEngineCalls"], rep.Settings["kubeAPIQPS"], rep.Settings["kubeAPIBurst"])
+	fmt.Fprintf(&w, "| point | figure | measured | floor | ratio | target |\n|---|---|---|---|---|---|\n")
+	for _, r := range rep.Points {
+		pt := r.Point.String()
+		for _, bin := range []string{"adapter-controller", "router-controller"} {
+			s := r.Startup[bin]
+			if s == nil {
+				fmt.Fprintf(&w, "| %s | %s startup | not measured | | | |\n", pt, bin)
+				continue
+			}
+			fmt.Fprintf(&w, "| %s | %s startup (process start → /readyz 200) | %.2f s | %.2f s (LIST %s) | %.2f× | ≤1.5× at S=2000+U=4000 |\n",
+				pt, bin, s.ReadySeconds, s.FloorSeconds, objs(s.FloorObjects), s.Ratio)
+			fmt.Fprintf(&w, "| %s | %s cache sync per kind (s) | %s | | | |\n", pt, bin, syncs(s.CacheSyncSeconds))
+			fmt.Fprintf(&w, "| %s | %s RSS after sync | %.1f MiB (VmRSS), %.1f MiB (metric) | | | |\n",
+				pt, bin, s.VMRSSBytes/(1<<20), s.RSSMetricBytes/(1<<20))
+		}
+		if r.AdapterSeconds > 0 {
+			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls) | %.2f s, %.0f loads/s | %.0f%% of floor rate | ≥50%% at 200×20 |\n",
+				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor)
+			fmt.Fprintf(&w, "| %s | API writes per adapter to Running | %.2f (%s; Event objects on the adapter: %.2f) | | | ≤4 |\n", pt, r.WritesPerAdapter, syncs(r.WritesByMethod), r.EventsPerAdapter)
+			fmt.Fprintf(&w, "| %s | engine lists per pod per inventory period | %.2f | | | 1 (independent of A) |\n", pt, r.ListsPerPodPeriod)
+		}
+		if r.RouterSeconds > 0 {
+			fmt.Fprintf(&w, "| %s | router convergence (/readyz → all HTTPRoutes) | %.2f s, %.0f API writes | %.2f s | %.2f× | ≤2× |\n",
+				pt, r.RouterSeconds, r.RouterWrites, r.RouterFloorSeconds, r.RouterRatio)
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(&w, "| %s | ERROR | %s | | | |\n", pt, strings.ReplaceAll(e, "|", "/"))
+		}
+	}
+	return w.String()
+}
+
+func objs(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func syncs(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "no modelplane_cache_sync_duration_seconds samples"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -20,7 +20,7 @@ func TestStartValidation(t *testing.T) {
 		port int
 		opts Options
 	}{
-		{"private IP", "10.0.0.1", 0, Options{}},
+		{"non-loopback IP", "203.0.113.1", 0, Options{}},
 		{"unspecified", "0.0.0.0", 0, Options{}},
 		{"public IP", "8.8.8.8", 0, Options{}},
 		{"just outside /8", "128.0.0.1", 0, Options{}},

@@ -29,8 +29,8 @@ func TestFleet(t *testing.T) {
 	if _, err := f.Add(ip1, 0, Options{}); err == nil {
 		t.Error("Add twice on one IP succeeded")
 	}
-	if _, err := f.Add("10.0.0.1", 0, Options{}); err == nil {
-		t.Error("Add on 10.0.0.1 succeeded")
+	if _, err := f.Add("203.0.113.1", 0, Options{}); err == nil {
+		t.Error("Add on 203.0.113.1 succeeded")
 	}
 	if f.Get(ip1) != e1 || f.Get(ip2) != e2 || f.Get("127.0.0.99") != nil {
 		t.Error("Get returns the wrong engines")

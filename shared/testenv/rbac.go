@@ -97,7 +97,7 @@ func (e *Env) Allowed(ctx context.Context, namespace, name string, a Access) (bo
 }
 
 // ApplyInNamespace is Apply for manifests that leave the namespace to kustomize: namespaced
-// objects without one are created in namespace.
+// objects without one are created in namespace (when it is not empty).
 func (e *Env) ApplyInNamespace(ctx context.Context, path, namespace string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -119,12 +119,14 @@ func (e *Env) ApplyInNamespace(ctx context.Context, path, namespace string) erro
 		if len(u.Object) == 0 {
 			continue
 		}
-		namespaced, err := c.IsObjectNamespaced(u)
-		if err != nil {
-			return fmt.Errorf("%s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
-		}
-		if namespaced && u.GetNamespace() == "" {
-			u.SetNamespace(namespace)
+		if namespace != "" && u.GetNamespace() == "" {
+			namespaced, err := c.IsObjectNamespaced(u)
+			if err != nil {
+				return fmt.Errorf("%s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
+			}
+			if namespaced {
+				u.SetNamespace(namespace)
+			}
 		}
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("modelplane-tests"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)

@@ -3,20 +3,15 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -59,33 +54,10 @@ func Start(extraCRDDirs ...string) (*Env, error) {
 	return e, nil
 }
 
-// Apply creates the objects of a multi-document YAML file (server-side apply, so it may be
-// repeated).
+// Apply creates or updates the objects of a multi-document YAML file (server-side apply,
+// so it may be repeated).
 func (e *Env) Apply(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	c, err := client.New(e.Config, client.Options{})
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("decoding %s: %w", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("modelplane-tests"), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
-		}
-	}
+	return e.ApplyInNamespace(context.Background(), path, "")
 }
 
 // TestAddress is the address the test clusters' admission policy stores for a loopback pod

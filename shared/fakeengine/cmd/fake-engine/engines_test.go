@@ -39,7 +39,7 @@ func TestSpecFor(t *testing.T) {
 		{name: "pending", pod: pod("p", "127.0.19.1", withPhase(corev1.PodPending))},
 		{name: "succeeded", pod: pod("p", "127.0.19.1", withPhase(corev1.PodSucceeded))},
 		{name: "no IP yet", pod: pod("p", "")},
-		{name: "pod network IP refused", pod: pod("p", "10.244.0.5"), wantErr: "not in 127.0.0.0/8"},
+		{name: "pod network IP refused", pod: pod("p", "203.0.113.5"), wantErr: "not in 127.0.0.0/8"},
 		{name: "IPv6 loopback refused", pod: pod("p", "::1"), wantErr: "not in 127.0.0.0/8"},
 		{name: "IPv4-mapped loopback refused", pod: pod("p", "::ffff:127.0.19.1"), wantErr: "not in 127.0.0.0/8"},
 		{name: "garbage IP refused", pod: pod("p", "nope"), wantErr: "invalid pod IP"},
@@ -75,7 +75,7 @@ func TestDesiredEngines(t *testing.T) {
 	pods := []*corev1.Pod{
 		pod("a", "127.0.19.1"),
 		pod("b", "127.0.19.2", withLabel(labelEngine, "sglang"), withLabel(labelPort, "30000"), withRuntime()),
-		pod("outside", "192.168.1.7"),
+		pod("outside", "203.0.113.7"),
 		pod("pending", "", withPhase(corev1.PodPending)),
 		// A stale pod and its replacement on the same IP: the newer one wins.
 		pod("old", "127.0.19.3", createdAt(100)),
@@ -117,7 +117,7 @@ func TestSyncLifecycle(t *testing.T) {
 	m, warns := newTestManager(t, fakeengine.Options{})
 	a := pod("a", "127.0.19.10")
 	b := pod("b", "127.0.19.11", withLabel(labelEngine, "sglang"), withLabel(labelPort, "30000"), withRuntime())
-	outside := pod("outside", "10.0.0.9")
+	outside := pod("outside", "203.0.113.9")
 
 	if err := m.sync([]*corev1.Pod{a, b, outside}); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"flag"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -39,15 +38,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = env.Stop()
 	os.Exit(code)
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // TestSecureMetrics: with --metrics-secure an anonymous scrape is refused and a
@@ -90,8 +80,8 @@ func TestSecureMetrics(t *testing.T) {
 
 	o := app.NewOptions("secure-metrics")
 	o.MetricsSecure = true
-	o.MetricsBindAddress = freeAddr(t)
-	o.HealthProbeBindAddress = freeAddr(t)
+	o.MetricsBindAddress = testenv.FreeAddr()
+	o.HealthProbeBindAddress = testenv.FreeAddr()
 	a, err := app.New(o, app.Config{Controller: "secure-metrics", Scheme: scheme, RESTConfig: env.Config})
 	if err != nil {
 		t.Fatal(err)

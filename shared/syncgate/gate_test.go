@@ -23,6 +23,7 @@ import (
 
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/modelplane/modelplane/shared/testenv"
 )
 
 // newApp builds an app through the shared bootstrap with a probe server on a free port.
@@ -30,7 +31,7 @@ func newApp(t *testing.T, name string, cfg *rest.Config, timeout time.Duration, 
 	t.Helper()
 	o := app.NewOptions(name)
 	o.MetricsBindAddress = "0"
-	o.HealthProbeBindAddress = freeAddr(t)
+	o.HealthProbeBindAddress = testenv.FreeAddr()
 	o.CacheSyncTimeout = timeout
 	o.GracefulShutdownTimeout = 5 * time.Second
 	for _, m := range mutate {
@@ -340,7 +341,7 @@ func TestForbiddenResourceFailsNamingIt(t *testing.T) {
 func TestUnreachableAPIServerFailsClassified(t *testing.T) {
 	needEnv(t)
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Host = "https://" + freeAddr(t) // closed again: connections are refused
+	cfg.Host = "https://" + testenv.FreeAddr() // closed again: connections are refused
 	const timeout = 2 * time.Second
 	a, _ := newApp(t, "unreachable", cfg, timeout)
 	ctx, _ := background(t)

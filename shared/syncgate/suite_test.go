@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -63,17 +62,6 @@ func newSlowProxy(t *testing.T, cfg *rest.Config) *testenv.SlowProxy {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // probe GETs a path of the health probe server and returns the status and body.

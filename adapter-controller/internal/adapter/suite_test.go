@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -64,7 +63,7 @@ func TestMain(m *testing.M) {
 func testOptions() *setup.Options {
 	o := setup.NewOptions()
 	o.MetricsBindAddress = "0"
-	o.HealthProbeBindAddress = freeAddr()
+	o.HealthProbeBindAddress = testenv.FreeAddr()
 	o.Adapter.InventoryPeriod = inventoryPeriod
 	o.Adapter.RetryLimit = 2
 	o.Adapter.BaseBackoff = 200 * time.Millisecond
@@ -78,15 +77,6 @@ func testOptions() *setup.Options {
 func panics() float64 {
 	v, _ := testenv.MetricSum("controller_runtime_reconcile_panics_total", nil)
 	return v
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func needEnv(t *testing.T) {

@@ -110,7 +110,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	const lease = 3 * time.Second
 	replica := func() *setup.Options {
-		o := options(t)
+		o := options()
 		o.WatchNamespaces = []string{ns.Name}
 		o.LeaderElect = true
 		o.LeaderElectionNamespace = systemNamespace

@@ -137,7 +137,7 @@ func TestRBACSufficient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	o := options(t)
+	o := options()
 	o.WatchNamespaces = []string{ns.Name}
 	o.LeaderElect = true
 	o.LeaderElectionNamespace = systemNamespace

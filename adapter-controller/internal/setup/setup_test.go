@@ -3,7 +3,6 @@ package setup_test
 import (
 	"context"
 	"flag"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -34,19 +33,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func options(t *testing.T) *setup.Options {
+func options() *setup.Options {
 	o := setup.NewOptions()
 	o.MetricsBindAddress = "0"
-	o.HealthProbeBindAddress = freeAddr(t)
+	o.HealthProbeBindAddress = testenv.FreeAddr()
 	o.Adapter.InventoryPeriod = time.Second
 	o.GracefulShutdownTimeout = 5 * time.Second
 	o.Adapter.SkipNameValidation = true
@@ -103,7 +93,7 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stop := start(t, options(t))
+	stop := start(t, options())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err == nil && a.Status.Phase == v1alpha1.ModelAdapterRunning {
@@ -125,7 +115,7 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	defer proxy.Close()
 	const delay = 3 * time.Second
 	proxy.Delay("/api/v1/pods", delay)
-	o := options(t)
+	o := options()
 	ctx2, cancel2 := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- setup.Run(ctx2, o, proxy.Config()) }()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -124,7 +123,7 @@ func startRouter(t *testing.T, cfg *rest.Config, gatewayNamespace string, namesp
 	t.Helper()
 	o := setup.NewOptions()
 	o.MetricsBindAddress = "0"
-	o.HealthProbeBindAddress = freeAddr(t)
+	o.HealthProbeBindAddress = testenv.FreeAddr()
 	o.GracefulShutdownTimeout = 5 * time.Second
 	o.CacheSyncTimeout = 30 * time.Second
 	o.GatewayNamespace = gatewayNamespace
@@ -169,17 +168,6 @@ func (r *router) waitOpen(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("timed out after 30s waiting for the router's sync gate to open")
 	}
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // eventually polls cond every 100ms until it returns nil or waitTimeout passes, then fails

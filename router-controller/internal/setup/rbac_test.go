@@ -2,7 +2,6 @@ package setup_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -135,7 +134,7 @@ func testRBACSufficient(ctx context.Context, t *testing.T, env *testenv.Env) {
 
 	o := setup.NewOptions()
 	o.MetricsBindAddress = "0"
-	o.HealthProbeBindAddress = freeAddr(t)
+	o.HealthProbeBindAddress = testenv.FreeAddr()
 	o.GracefulShutdownTimeout = 5 * time.Second
 	o.GatewayNamespace = gw
 	o.WatchNamespaces = []string{gw, src}
@@ -202,14 +201,4 @@ func testRBACSufficient(ctx context.Context, t *testing.T, env *testenv.Env) {
 	}
 	t.Logf("as %s: ready after %s, HTTPRoute %s created after %s", testenv.ServiceAccountUser(systemNamespace, setup.ControllerName),
 		ready.Round(time.Millisecond), key, routed.Round(time.Millisecond))
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

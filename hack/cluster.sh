@@ -4,6 +4,8 @@
 #   hack/cluster.sh up     create or start the cluster, add fake nodes; prints the kubeconfig path
 #   hack/cluster.sh down   delete the cluster
 #   hack/cluster.sh kubeconfig   print the kubeconfig path
+#   hack/cluster.sh restart-apiserver   kill kube-apiserver (SIGKILL), start it again with the
+#                                       same command line, wait until /readyz answers
 #
 # Environment: CLUSTER_NAME (modelplane), CLUSTER_NODES (4; 250 pods each, podCIDR 127.0.N.0/24).
 set -euo pipefail
@@ -82,9 +84,42 @@ down() {
   fi
 }
 
+# running reports whether pid is a live process (an exited one may stay a zombie: the
+# container's init need not reap kwokctl's orphaned children).
+running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+
+# restart_apiserver restarts the cluster's kube-apiserver process as kwokctl started it
+# (kwokctl has no per-component restart): same command line, working directory and log,
+# and the pid file updated so that "down" still stops it. Prints the downtime.
+restart_apiserver() {
+  local dir=$KWOK_WORKDIR/clusters/$name pidfile pid args=() start
+  pidfile=$dir/pids/kube-apiserver.pid
+  pid=$(cat "$pidfile")
+  [ -r "/proc/$pid/cmdline" ] || { echo "kube-apiserver (pid $pid) is not running" >&2; exit 1; }
+  mapfile -d '' -t args <"/proc/$pid/cmdline"
+  start=$(date +%s.%N)
+  # SIGKILL: a crash. (On SIGTERM this kube-apiserver stops serving at once but its
+  # process lingers in shutdown for more than 30 s.)
+  kill -9 "$pid"
+  for _ in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
+  if running "$pid"; then echo "kube-apiserver (pid $pid) did not stop" >&2; exit 1; fi
+  (cd "$dir" && exec setsid "${args[@]}" >>"$dir/logs/kube-apiserver.log" 2>&1 </dev/null) &
+  echo $! >"$pidfile"
+  for _ in $(seq 1 600); do
+    if kubectl get --raw /readyz >/dev/null 2>&1; then
+      echo "kube-apiserver restarted (pid $pid -> $(cat "$pidfile")): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "kube-apiserver did not become ready within 60s after the restart" >&2
+  exit 1
+}
+
 case "${1:-}" in
 up) up ;;
 down) down ;;
 kubeconfig) echo "$kubeconfig" ;;
-*) echo "usage: $0 up|down|kubeconfig" >&2; exit 2 ;;
+restart-apiserver) restart_apiserver ;;
+*) echo "usage: $0 up|down|kubeconfig|restart-apiserver" >&2; exit 2 ;;
 esac

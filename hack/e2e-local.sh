@@ -30,7 +30,15 @@ KUBECONFIG=$("$root/hack/cluster.sh" kubeconfig)
 export E2E_ENGINE_ADMIN=http://127.0.0.1:19400
 export E2E_ADAPTER_METRICS=http://127.0.0.1:18080/metrics E2E_ROUTER_METRICS=http://127.0.0.1:18090/metrics
 export E2E_STOP_ROUTER="$stack stop router-controller $art" E2E_START_ROUTER="$stack start router-controller $art"
-(cd "$root/test" && go test -tags e2e -count=1 -timeout 15m -v ./e2e/) 2>&1 | tee "$art/e2e.log"
+export E2E_KILL_ROUTER="$stack kill router-controller $art" E2E_ENSURE_ROUTER="$stack ensure router-controller $art"
+export E2E_KILL_ADAPTER="$stack kill adapter-controller $art" E2E_START_ADAPTER="$stack start adapter-controller $art"
+export E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $art"
+export E2E_RESTART_APISERVER="$root/hack/cluster.sh restart-apiserver"
+export E2E_ADAPTER_READYZ=http://127.0.0.1:18081/readyz E2E_ROUTER_READYZ=http://127.0.0.1:18091/readyz
+export E2E_LEASE_DURATION=12s # hack/stack.sh's --leader-elect-lease-duration
+export E2E_LOG_DIR=$art E2E_REPO_ROOT=$root E2E_STACK=$stack
+export E2E_ADAPTER_STANDBY_METRICS=http://127.0.0.1:18082/metrics E2E_ROUTER_STANDBY_METRICS=http://127.0.0.1:18092/metrics
+(cd "$root/test" && go test -tags e2e -count=1 -timeout 25m -v ./e2e/) 2>&1 | tee "$art/e2e.log"
 
 echo "Querying Prometheus for both controllers' cache sync metrics"
 deadline=$((SECONDS + 30))

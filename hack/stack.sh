@@ -8,7 +8,11 @@
 #   hack/stack.sh up DIR            install and start everything; pids and logs in DIR
 #   hack/stack.sh down DIR          stop the processes started by up
 #   hack/stack.sh stop NAME DIR     stop one process (e.g. router-controller)
-#   hack/stack.sh start NAME DIR    start one controller again and wait until ready
+#   hack/stack.sh start NAME DIR    start one controller again and wait until ready; NAME may
+#                                   be <controller>-standby for a second replica
+#   hack/stack.sh kill NAME DIR     SIGKILL one process (a crash: no lease release, no cleanup)
+#   hack/stack.sh ensure NAME DIR   start a controller again if its process has exited (what a
+#                                   kubelet would do); prints "running" or "restarted"
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +22,14 @@ kubectl() { "$bin/kubectl" --kubeconfig "$admin_kc" "$@"; }
 
 ADAPTER_METRICS=127.0.0.1:18080 ADAPTER_PROBE=127.0.0.1:18081
 ROUTER_METRICS=127.0.0.1:18090 ROUTER_PROBE=127.0.0.1:18091
+# Leader election: a standby acquires an unrenewed lease at its first retry after the lease
+# duration has passed since it last saw the record change, so failover takes up to
+# lease + ~2.2 x retry period (client-go jitters retries by up to 1.2x). The binaries'
+# defaults are 15s / 10s / 2s (failover measured 17-18 s); the stack retries every 300 ms.
+LEASE_DURATION=${LEASE_DURATION:-12s} RENEW_DEADLINE=${RENEW_DEADLINE:-10s} RETRY_PERIOD=${RETRY_PERIOD:-300ms}
+# Second replicas (NAME-standby), started by the leader failover test.
+ADAPTER_STANDBY_METRICS=127.0.0.1:18082 ADAPTER_STANDBY_PROBE=127.0.0.1:18083
+ROUTER_STANDBY_METRICS=127.0.0.1:18092 ROUTER_STANDBY_PROBE=127.0.0.1:18093
 ENGINE_ADMIN=127.0.0.1:19400 PROMETHEUS=127.0.0.1:19090
 
 wait_ready() { # name url seconds
@@ -29,15 +41,19 @@ wait_ready() { # name url seconds
 }
 
 start_controller() { # name dir
-  local name=$1 dir=$2 metrics probe extra=()
+  local name=$1 dir=$2 base=${1%-standby} metrics probe extra=()
   case $name in
-  adapter-controller) metrics=$ADAPTER_METRICS probe=$ADAPTER_PROBE extra=(--inventory-period 2s) ;;
+  adapter-controller) metrics=$ADAPTER_METRICS probe=$ADAPTER_PROBE ;;
+  adapter-controller-standby) metrics=$ADAPTER_STANDBY_METRICS probe=$ADAPTER_STANDBY_PROBE ;;
   router-controller) metrics=$ROUTER_METRICS probe=$ROUTER_PROBE ;;
+  router-controller-standby) metrics=$ROUTER_STANDBY_METRICS probe=$ROUTER_STANDBY_PROBE ;;
   *) echo "unknown controller $name" >&2; return 2 ;;
   esac
-  "$bin/$name" --kubeconfig "$dir/$name.kubeconfig" \
-    --leader-elect --leader-election-namespace modelplane-system \
-    --metrics-bind-address "$metrics" --health-probe-bind-address "$probe" "${extra[@]}" \
+  [ "$base" = adapter-controller ] && extra=(--inventory-period 2s)
+  "$bin/$base" --kubeconfig "$dir/$base.kubeconfig" \
+    --leader-elect --leader-election-namespace modelplane-system --leader-elect-lease-duration "$LEASE_DURATION" \
+    --leader-elect-renew-deadline "$RENEW_DEADLINE" --leader-elect-retry-period "$RETRY_PERIOD" \
+    --metrics-bind-address "$metrics" --health-probe-bind-address "$probe" --v=4 "${extra[@]}" \
     >>"$dir/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
   wait_ready "$name" "http://$probe/readyz" 120
@@ -48,9 +64,31 @@ stop() { # name dir
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
   kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$f"
+}
+
+crash() { # name dir
+  local f=$2/$1.pid pid
+  [ -f "$f" ] || { echo "$1 is not running" >&2; return 1; }
+  pid=$(cat "$f")
+  kill -9 "$pid"
+  for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
+  rm -f "$f"
+}
+
+# alive reports whether pid is a live process, not a zombie.
+alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+
+ensure() { # name dir
+  local f=$2/$1.pid
+  if [ -f "$f" ] && alive "$(cat "$f")"; then
+    echo running
+    return 0
+  fi
+  echo "$1 exited; starting it again" >>"$2/$1.log"
+  start_controller "$1" "$2" && echo restarted
 }
 
 up() { # dir
@@ -97,7 +135,9 @@ YAML
 }
 
 down() { # dir
-  for p in router-controller adapter-controller fake-engine prometheus; do stop "$p" "$1"; done
+  for p in router-controller-standby router-controller adapter-controller-standby adapter-controller fake-engine prometheus; do
+    stop "$p" "$1"
+  done
 }
 
 case "${1:-}" in
@@ -105,5 +145,7 @@ up) up "${2:?dir}" ;;
 down) down "${2:?dir}" ;;
 stop) stop "${2:?name}" "${3:?dir}" ;;
 start) start_controller "${2:?name}" "${3:?dir}" ;;
-*) echo "usage: $0 up|down DIR | stop|start NAME DIR" >&2; exit 2 ;;
+kill) crash "${2:?name}" "${3:?dir}" ;;
+ensure) ensure "${2:?name}" "${3:?dir}" ;;
+*) echo "usage: $0 up|down DIR | stop|start|kill|ensure NAME DIR" >&2; exit 2 ;;
 esac

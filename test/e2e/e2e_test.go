@@ -47,6 +47,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: KUBECONFIG:", err)
 		os.Exit(2)
 	}
+	cfg.QPS, cfg.Burst = 100, 200 // tests create hundreds of objects
 	if k8s, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)

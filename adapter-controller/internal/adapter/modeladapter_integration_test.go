@@ -10,9 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/fakeengine"
 	"github.com/modelplane/modelplane/shared/testenv"
@@ -380,4 +383,49 @@ func TestDeletionWithUnreachablePod(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestBaseModelMismatch: pods that match the selector but serve another base model than
+// spec.baseModel are never loaded; the Scheduled condition says how many were excluded and
+// why; once a pod of the right model appears, the adapter runs there and only there.
+func TestBaseModelMismatch(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	ips := []string{newIP(), newIP()}
+	wrong := engine(t, ips[0], 8000, fakeengine.Options{})
+	right := engine(t, ips[1], 8000, fakeengine.Options{})
+	// The selector only asks for adapter-enabled pods; the pod's model label disagrees with
+	// spec.baseModel.
+	sel := map[string]string{v1alpha1.AdapterEnabledLabel: "true"}
+	modelPod(t, ns, "other-0", ips[0], modelLabels("other-model"))
+	a := newAdapter(ns, "mismatch", "", func(a *v1alpha1.ModelAdapter) {
+		a.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: sel}
+		a.Spec.BaseModel = ptr.To("base-model")
+	})
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got := waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "the mismatch reported", func(a *v1alpha1.ModelAdapter) bool {
+		c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse && c.ObservedGeneration == a.Generation
+	})
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionScheduled)
+	if c.Reason != adapter.ReasonNoCandidates || !strings.Contains(c.Message, `1 matching pods serve another base model than "base-model"`) {
+		t.Errorf("Scheduled condition %s: %q, want %s naming the excluded pod count and the base model", c.Reason, c.Message, adapter.ReasonNoCandidates)
+	}
+	if got.Status.Candidates != 0 || len(got.Status.Instances) != 0 {
+		t.Errorf("status candidates %d, instances %v; want none", got.Status.Candidates, got.Status.Instances)
+	}
+	if n := wrong.Loads(); n != 0 {
+		t.Errorf("the pod of another base model got %d load calls", n)
+	}
+
+	modelPod(t, ns, "base-0", ips[1], modelLabels("base-model"))
+	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on base-0 only", func(a *v1alpha1.ModelAdapter) bool {
+		return running(1)(a) && a.Status.Instances[0] == "base-0"
+	})
+	if joined(right.Loaded()) != "mismatch" || wrong.Loads() != 0 {
+		t.Errorf("engines hold base-0 %v, other-0 %v (%d loads); want the adapter on base-0 only", right.Loaded(), wrong.Loaded(), wrong.Loads())
+	}
 }

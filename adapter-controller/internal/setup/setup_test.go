@@ -3,6 +3,7 @@ package setup_test
 import (
 	"context"
 	"flag"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -58,8 +59,8 @@ func start(t *testing.T, o *setup.Options) func() {
 }
 
 // TestRestartWithSlowPodListChangesNothing: a controller restarted while the Pod list is slow
-// (3s) must not write status, unload or reload anything before its caches are synced, and
-// has nothing to change afterwards.
+// (5s) must not write status, unload or reload anything before its caches are synced, must
+// answer /readyz 5xx until then and 200 after, and has nothing to change afterwards.
 func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs envtest")
@@ -113,14 +114,31 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	const delay = 3 * time.Second
+	const delay = 5 * time.Second
 	proxy.Delay("/api/v1/pods", delay)
 	o := options()
 	ctx2, cancel2 := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- setup.Run(ctx2, o, proxy.Config()) }()
 	restarted := time.Now()
+	readyz := "http://" + o.HealthProbeBindAddress + "/readyz"
+	var notReady, readyAt time.Duration
+	codes := map[int]int{}
 	for time.Since(restarted) < delay+3*time.Second {
+		code := httpStatus(readyz)
+		codes[code]++
+		switch {
+		case code == http.StatusOK && readyAt == 0:
+			readyAt = time.Since(restarted)
+			if readyAt < delay {
+				t.Fatalf("/readyz 200 %s after the restart, before the %s Pod list returned", readyAt, delay)
+			}
+		case code >= http.StatusInternalServerError: // controller-runtime answers 500, DESIGN.md allows any 5xx
+			if readyAt > 0 {
+				t.Fatalf("/readyz %d again %s after the restart, after 200 at %s", code, time.Since(restarted), readyAt)
+			}
+			notReady = time.Since(restarted)
+		}
 		got := &v1alpha1.ModelAdapter{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), got); err != nil {
 			t.Fatal(err)
@@ -136,8 +154,22 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	if got := e.Loaded(); len(got) != 1 || got[0] != "lora" {
 		t.Errorf("engine holds %v after the restart, want [lora]", got)
 	}
+	if notReady == 0 || readyAt == 0 {
+		t.Errorf("/readyz: last 5xx at %s, first 200 at %s after the restart (status codes seen: %v); want 5xx while the Pod list is slow, then 200", notReady, readyAt, codes)
+	}
+	t.Logf("/readyz 5xx until %s, 200 from %s after the restart (Pod list delayed %s); no write, no engine call", notReady, readyAt, delay)
 	cancel2()
 	if err := <-done; err != nil {
 		t.Errorf("restarted controller: %v", err)
 	}
+}
+
+// httpStatus returns the status code of a GET of url, or 0 when it cannot be fetched.
+func httpStatus(url string) int {
+	resp, err := http.Get(url) //nolint:gosec,noctx // a loopback probe address chosen by the test
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -23,6 +23,9 @@ const (
 	labelPort        = "model.aibrix.ai/port"
 	labelEngine      = "model.aibrix.ai/engine"
 	runtimeContainer = "aibrix-runtime"
+	// annotationAPIKey on a pod overrides --api-key for that pod's engine (tests of API
+	// key handling next to engines without a key).
+	annotationAPIKey = "fake-engine.modelplane.dev/api-key"
 	defaultPort      = 8000
 )
 
@@ -39,6 +42,7 @@ type engineSpec struct {
 	Kind      fakeengine.Kind
 	BaseModel string
 	Runtime   bool
+	APIKey    string // from annotationAPIKey; empty means the manager's default
 }
 
 func (s engineSpec) key() string { return s.Namespace + "/" + s.Pod }
@@ -76,6 +80,7 @@ func specFor(p *corev1.Pod) (spec engineSpec, ok bool, err error) {
 		Kind:      fakeengine.VLLM,
 		BaseModel: p.Labels[labelName],
 		Runtime:   hasRuntime(p),
+		APIKey:    p.Annotations[annotationAPIKey],
 	}
 	if v, set := p.Labels[labelPort]; set {
 		port, err := strconv.Atoi(v)
@@ -231,6 +236,9 @@ func (m *manager) sync(pods []*corev1.Pod) error {
 		opts.BaseModel = spec.BaseModel
 		opts.Runtime = spec.Runtime
 		opts.RuntimePort = fakeengine.DefaultRuntimePort
+		if spec.APIKey != "" {
+			opts.APIKey = spec.APIKey
+		}
 		e, err := fakeengine.Start(spec.IP, spec.Port, opts)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod %s: %w", key, err))

@@ -36,6 +36,7 @@ func TestSpecFor(t *testing.T) {
 		{name: "runtime native sidecar", pod: pod("p", "127.0.19.1", nativeSidecar), want: with(func(s *engineSpec) { s.Runtime = true }), ok: true},
 		{name: "runtime plain init container is not a sidecar", pod: pod("p", "127.0.19.1", plainInit), want: vllm, ok: true},
 		{name: "no base model label", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { delete(p.Labels, labelName) }), want: with(func(s *engineSpec) { s.BaseModel = "" }), ok: true},
+		{name: "api key annotation", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationAPIKey: "k"} }), want: with(func(s *engineSpec) { s.APIKey = "k" }), ok: true},
 		{name: "pending", pod: pod("p", "127.0.19.1", withPhase(corev1.PodPending))},
 		{name: "succeeded", pod: pod("p", "127.0.19.1", withPhase(corev1.PodSucceeded))},
 		{name: "no IP yet", pod: pod("p", "")},
@@ -204,6 +205,21 @@ func TestSyncOptions(t *testing.T) {
 	}
 	if got := must(t, "GET", "http://127.0.19.20:8000/v1/models", ""); got.status != 401 {
 		t.Fatalf("without the API key: %+v", got)
+	}
+}
+
+// TestSyncPodAPIKey: a pod's API key annotation overrides --api-key for its engine only.
+func TestSyncPodAPIKey(t *testing.T) {
+	m, _ := newTestManager(t, fakeengine.Options{})
+	keyed := pod("k", "127.0.19.21", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationAPIKey: "pod-key"} })
+	if err := m.sync([]*corev1.Pod{keyed, pod("open", "127.0.19.22")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(t, "GET", "http://127.0.19.21:8000/v1/models", ""); got.status != 401 {
+		t.Errorf("keyed engine without the key: %+v", got)
+	}
+	if got := must(t, "GET", "http://127.0.19.22:8000/v1/models", ""); got.status != 200 {
+		t.Errorf("engine without a key: %+v", got)
 	}
 }
 

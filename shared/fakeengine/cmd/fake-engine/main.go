@@ -68,7 +68,7 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig of the cluster (default $KUBECONFIG; one of them is required).")
 	flag.StringVar(&o.namespace, "namespace", metav1.NamespaceAll, "Namespace of the pods to serve (default all namespaces).")
 	flag.StringVar(&o.labelSelector, "label-selector", labelName, "Label selector of the pods to serve.")
-	flag.StringVar(&o.apiKey, "api-key", "", "API key the engines require as \"Authorization: Bearer <key>\" (default none).")
+	flag.StringVar(&o.apiKey, "api-key", "", "API key the engines require as \"Authorization: Bearer <key>\" (default none; a pod annotation "+annotationAPIKey+" overrides it for that pod).")
 	flag.DurationVar(&o.latency, "latency", 0, "Delay added to every engine request.")
 	flag.StringVar(&o.adminAddress, "admin-address", "127.0.0.1:9400", "Address of the admin API (must be in 127.0.0.0/8).")
 	flag.BoolVar(&o.servePod, "serve-pod", false, "Serve one engine on every interface of this container (the fake engine image inside a kind pod) instead of watching kwok pods.")

@@ -36,6 +36,14 @@
 // namespace, shrinks with the routes, and is deleted when no route sends there - which is
 // when no workload of any kind is left there.
 //
+// Grant writes follow batches of change, not routes. Route and grant events enqueue the
+// grants key of a namespace Config.GrantBatchWindow later (enqueueAfter); the queue keeps
+// the earliest ready time of a waiting key, so the routes written within the window cost
+// one grant reconcile, and our own grant writes do not trigger an immediate second one.
+// A Service stays in the grant that already admits it (routes.AssignReferenceGrants): new
+// Services go to grants with room, then to new grants; a grant left empty is deleted. So
+// adding or removing a Service rewrites one grant, never its neighbours.
+//
 // # Garbage collection after sync
 //
 // A runnable on the gated manager starts only after every declared cache has synced, on the

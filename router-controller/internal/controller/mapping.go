@@ -5,8 +5,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -32,11 +34,23 @@ func (r *RouteReconciler) workloadToModel(kind SourceKind) handler.TypedMapFunc[
 	}
 }
 
-// routeToKeys maps an HTTPRoute in the gateway namespace to the model it serves, the
-// namespaces whose grants follow its backends, and every model whose route name it has:
-// that last part is how a foreign route being removed frees the name, and how a managed
-// route whose annotations were edited by hand is still restored.
+// routeToKeys maps an HTTPRoute to every key it concerns: routeToModels and routeToGrants
+// together.
 func (r *RouteReconciler) routeToKeys(ctx context.Context, route *gatewayv1.HTTPRoute) []Key {
+	keys := map[Key]bool{}
+	for _, k := range r.routeToModels(ctx, route) {
+		keys[k] = true
+	}
+	for _, k := range r.routeToGrants(ctx, route) {
+		keys[k] = true
+	}
+	return sortedKeys(keys)
+}
+
+// routeToModels maps an HTTPRoute in the gateway namespace to the model it serves and every
+// model whose route name it has: that last part is how a foreign route being removed frees
+// the name, and how a managed route whose annotations were edited by hand is still restored.
+func (r *RouteReconciler) routeToModels(ctx context.Context, route *gatewayv1.HTTPRoute) []Key {
 	if route.Namespace != r.cfg.Routes.GatewayNamespace {
 		return nil
 	}
@@ -44,11 +58,6 @@ func (r *RouteReconciler) routeToKeys(ctx context.Context, route *gatewayv1.HTTP
 	if routes.IsManaged(route) {
 		if m := routes.ModelOf(route); m != "" {
 			keys[ModelKey(m)] = true
-		}
-		for _, ns := range routeBackendNamespaces(route) {
-			if ns != r.cfg.Routes.GatewayNamespace {
-				keys[GrantsKey(ns)] = true
-			}
 		}
 	}
 	objs, err := r.listSources(ctx, routeIndexValue(route.Name))
@@ -64,6 +73,21 @@ func (r *RouteReconciler) routeToKeys(ctx context.Context, route *gatewayv1.HTTP
 	return sortedKeys(keys)
 }
 
+// routeToGrants maps a managed HTTPRoute in the gateway namespace to the namespaces whose
+// grants follow its backends.
+func (r *RouteReconciler) routeToGrants(_ context.Context, route *gatewayv1.HTTPRoute) []Key {
+	if route.Namespace != r.cfg.Routes.GatewayNamespace || !routes.IsManaged(route) {
+		return nil
+	}
+	keys := map[Key]bool{}
+	for _, ns := range routeBackendNamespaces(route) {
+		if ns != r.cfg.Routes.GatewayNamespace {
+			keys[GrantsKey(ns)] = true
+		}
+	}
+	return sortedKeys(keys)
+}
+
 // grantToNamespace maps a ReferenceGrant that is ours, or has the name ours would have, to
 // the grants of its namespace.
 func (r *RouteReconciler) grantToNamespace(_ context.Context, g *gatewayv1beta1.ReferenceGrant) []Key {
@@ -71,6 +95,41 @@ func (r *RouteReconciler) grantToNamespace(_ context.Context, g *gatewayv1beta1.
 		return []Key{GrantsKey(g.Namespace)}
 	}
 	return nil
+}
+
+// enqueueAfter is handler.TypedEnqueueRequestsFromMapFunc with a delay: every key fn maps an
+// event to (the old and the new object on updates) is added to the queue window later. The
+// queue keeps the earliest ready time of a key that is already waiting, so all the events
+// of a burst collapse into one reconcile at most window after the first of them; an event
+// while the key is being reconciled schedules one more. handler.TypedFuncs gives
+// initial-list and resync events low priority on a priority queue, as the standard
+// handler does. A zero window enqueues at once.
+func enqueueAfter[T any](window time.Duration, fn handler.TypedMapFunc[T, Key]) handler.TypedEventHandler[T, Key] {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key], objs ...T) {
+		seen := map[Key]bool{}
+		for _, o := range objs {
+			for _, k := range fn(ctx, o) {
+				if !seen[k] {
+					seen[k] = true
+					q.AddAfter(k, window)
+				}
+			}
+		}
+	}
+	return handler.TypedFuncs[T, Key]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[Key]) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[Key]) {
+			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[Key]) {
+			enqueue(ctx, q, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[Key]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
 }
 
 func sortedKeys(set map[Key]bool) []Key {

@@ -279,6 +279,14 @@ func grantObj(t *testing.T, services ...string) *gatewayv1beta1.ReferenceGrant {
 	return gs[0]
 }
 
+// namedGrant is a grant of ours called name admitting services.
+func namedGrant(t *testing.T, name string, services ...string) *gatewayv1beta1.ReferenceGrant {
+	t.Helper()
+	g := grantObj(t, services...)
+	g.Name = name
+	return g
+}
+
 func TestReconcileGrants(t *testing.T) {
 	grantName := routes.ReferenceGrantName(routes.DefaultGatewayNamespace, 0)
 	secondName := routes.ReferenceGrantName(routes.DefaultGatewayNamespace, 1)
@@ -328,10 +336,55 @@ func TestReconcileGrants(t *testing.T) {
 			objs:       []client.Object{grantObj(t, "svc-1")},
 			wantWrites: []string{"delete *v1beta1.ReferenceGrant/a/" + grantName},
 		},
-		"foreign grant with our name: untouched, error": {
-			objs:    []client.Object{toA("m1", "svc-1"), foreignGrant},
-			wantErr: true,
-			wantTo:  nil,
+		"foreign grant with our name: untouched, next name used": {
+			objs:       []client.Object{toA("m1", "svc-1"), foreignGrant},
+			wantWrites: []string{"create *v1beta1.ReferenceGrant/a/" + secondName},
+			wantTo:     []string{"svc-1"},
+		},
+		"service added while the first grant is full: only the grant with room written": {
+			objs: func() []client.Object {
+				var objs []client.Object
+				var full []string
+				for i := range routes.MaxReferenceGrantTo {
+					svc := fmt.Sprintf("svc-%02d", 2*i)
+					full = append(full, svc)
+					objs = append(objs, toA("m"+svc, svc))
+				}
+				// svc-01 sorts into the middle of the first grant's Services.
+				return append(objs, toA("mz", "svc-zz"), toA("m01", "svc-01"),
+					namedGrant(t, grantName, full...), namedGrant(t, secondName, "svc-zz"))
+			}(),
+			wantWrites: []string{"update *v1beta1.ReferenceGrant/a/" + secondName},
+			wantTo: func() []string {
+				out := []string{"svc-01", "svc-zz"}
+				for i := range routes.MaxReferenceGrantTo {
+					out = append(out, fmt.Sprintf("svc-%02d", 2*i))
+				}
+				slices.Sort(out)
+				return out
+			}(),
+		},
+		"service admitted twice: dropped from the later grant": {
+			objs: []client.Object{toA("m1", "svc-1"), toA("m2", "svc-2"),
+				namedGrant(t, grantName, "svc-1"), namedGrant(t, secondName, "svc-1", "svc-2")},
+			wantWrites: []string{"update *v1beta1.ReferenceGrant/a/" + secondName},
+			wantTo:     []string{"svc-1", "svc-2"},
+		},
+		"grant emptied: deleted, the other untouched": {
+			objs: []client.Object{toA("m1", "svc-1"),
+				namedGrant(t, grantName, "svc-1"), namedGrant(t, secondName, "svc-2")},
+			wantWrites: []string{"delete *v1beta1.ReferenceGrant/a/" + secondName},
+			wantTo:     []string{"svc-1"},
+		},
+		"grant being deleted: its name is not reused": {
+			objs: func() []client.Object {
+				g := namedGrant(t, grantName, "svc-1")
+				g.Finalizers = []string{"example.com/hold"}
+				g.DeletionTimestamp = ptr.To(metav1.Now())
+				return []client.Object{toA("m1", "svc-1"), g}
+			}(),
+			wantWrites: []string{"create *v1beta1.ReferenceGrant/a/" + secondName},
+			wantTo:     []string{"svc-1", "svc-1"},
 		},
 		"more than 16 services: two grants": {
 			objs: manyRoutes(),
@@ -376,7 +429,7 @@ func TestReconcileGrants(t *testing.T) {
 			}
 			var to []string
 			for _, g := range list.Items {
-				to = append(to, grantServices(&g)...)
+				to = append(to, routes.AdmittedServices(&g)...)
 			}
 			slices.Sort(to)
 			if diff := cmp.Diff(tc.wantTo, to); diff != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,27 +20,40 @@ import (
 )
 
 // reconcileGrants makes the ReferenceGrants of namespace admit exactly the Services that
-// our routes send to there: desired grants are created or updated first, then surplus
-// grants of ours are deleted (Services can move between grants when there are several).
-// Grants we do not own are never modified. The work is proportional to the routes with a
-// backend in the namespace (found through an index) and the grants in it.
+// our routes send to there. Services stay in the grant that already admits them
+// (routes.AssignReferenceGrants), so a change rewrites the grants it concerns and no others:
+// desired grants are created or updated first, then grants of ours left without Services
+// are deleted. Grants we do not own are never modified, and their names are not reused.
+// The work is proportional to the routes with a backend in the namespace (found through an
+// index) and the grants in it.
 func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string) error {
 	services, err := r.servicesRoutedTo(ctx, namespace)
 	if err != nil {
 		return err
 	}
-	desired, err := routes.BuildReferenceGrants(r.cfg.Routes, namespace, services)
-	if err != nil {
-		return reconcile.TerminalError(err)
-	}
-
 	var list gatewayv1beta1.ReferenceGrantList
 	if err := r.cache.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return fmt.Errorf("listing ReferenceGrants in %s: %w", namespace, err)
 	}
 	existing := make(map[string]*gatewayv1beta1.ReferenceGrant, len(list.Items))
+	var (
+		current  []*gatewayv1beta1.ReferenceGrant
+		reserved []string
+	)
 	for i := range list.Items {
-		existing[list.Items[i].Name] = &list.Items[i]
+		g := &list.Items[i]
+		existing[g.Name] = g
+		if r.ownsGrant(g) && g.DeletionTimestamp == nil {
+			current = append(current, g)
+		} else {
+			reserved = append(reserved, g.Name)
+		}
+	}
+	// Sorted so that surplus grants are deleted in a stable order.
+	slices.SortFunc(current, func(a, b *gatewayv1beta1.ReferenceGrant) int { return strings.Compare(a.Name, b.Name) })
+	desired, err := routes.AssignReferenceGrants(r.cfg.Routes, namespace, services, current, reserved)
+	if err != nil {
+		return reconcile.TerminalError(err)
 	}
 
 	log := ctrl.LoggerFrom(ctx)
@@ -50,30 +64,31 @@ func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string)
 		cur := existing[d.Name]
 		switch {
 		case cur == nil:
-			log.V(2).Info("Creating ReferenceGrant", "grant", klog.KObj(d), "services", len(grantServices(d)))
+			log.V(2).Info("Creating ReferenceGrant", "grant", klog.KObj(d), "services", len(d.Spec.To))
 			if err := r.client.Create(ctx, d); err != nil {
 				errs = append(errs, fmt.Errorf("creating ReferenceGrant %s: %w", klog.KObj(d), err))
 			}
 		case !r.ownsGrant(cur):
+			// Not reached: the names of foreign grants are reserved. Kept as a safety net.
 			errs = append(errs, fmt.Errorf("ReferenceGrant %s exists and is not managed by this router; leaving it untouched", klog.KObj(cur)))
 		case grantUpToDate(cur, d):
 		default:
 			updated := cur.DeepCopy()
 			updated.Spec = *d.Spec.DeepCopy()
 			mergeMetadata(updated, d)
-			log.V(2).Info("Updating ReferenceGrant", "grant", klog.KObj(d), "services", len(grantServices(d)))
+			log.V(2).Info("Updating ReferenceGrant", "grant", klog.KObj(d), "services", len(d.Spec.To))
 			if err := r.client.Update(ctx, updated); err != nil {
 				errs = append(errs, fmt.Errorf("updating ReferenceGrant %s: %w", klog.KObj(d), err))
 			}
 		}
 	}
 	if len(errs) > 0 {
-		// Surplus grants may still admit Services that the failed ones should take over.
+		// Surplus grants may still admit Services that the failed ones were to take over.
 		return errors.Join(errs...)
 	}
 
-	for name, cur := range existing {
-		if wanted[name] || !r.ownsGrant(cur) || cur.DeletionTimestamp != nil {
+	for _, cur := range current {
+		if wanted[cur.Name] {
 			continue
 		}
 		log.V(2).Info("Deleting ReferenceGrant: no route sends to its Services", "grant", klog.KObj(cur))
@@ -114,14 +129,4 @@ func (r *RouteReconciler) ownsGrant(g *gatewayv1beta1.ReferenceGrant) bool {
 // annotations.
 func grantUpToDate(existing, desired *gatewayv1beta1.ReferenceGrant) bool {
 	return equality.Semantic.DeepEqual(existing.Spec, desired.Spec) && metadataUpToDate(existing, desired)
-}
-
-func grantServices(g *gatewayv1beta1.ReferenceGrant) []string {
-	out := make([]string, 0, len(g.Spec.To))
-	for _, to := range g.Spec.To {
-		if to.Name != nil {
-			out = append(out, string(*to.Name))
-		}
-	}
-	return out
 }

@@ -51,12 +51,21 @@ const (
 	retryMaxDelay  = 5 * time.Minute
 )
 
+// DefaultGrantBatchWindow is the default Config.GrantBatchWindow: long enough for a burst of
+// route writes to collapse into one grant write per namespace, short next to the time a
+// gateway takes to program a route.
+const DefaultGrantBatchWindow = 500 * time.Millisecond
+
 // Config configures the RouteReconciler.
 type Config struct {
 	// Routes is what the route and grant builders need: gateway, paths, timeout.
 	Routes routes.Config
 	// SourceKinds are the workload kinds read as sources; optional ones may be absent.
 	SourceKinds []SourceKind
+	// GrantBatchWindow delays the reconcile of a namespace's ReferenceGrants after an event on
+	// a route or grant, so that the routes written within the window cost one grant write
+	// rather than one each. Zero reconciles at once. See DefaultGrantBatchWindow.
+	GrantBatchWindow time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 	// GateOpened, when set, holds garbage collection back until it is closed. The gated
@@ -98,6 +107,9 @@ func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRec
 	}
 	if len(cfg.SourceKinds) == 0 {
 		return nil, errors.New("router controller: no source kinds")
+	}
+	if cfg.GrantBatchWindow < 0 {
+		return nil, fmt.Errorf("router controller: negative grant batch window %s", cfg.GrantBatchWindow)
 	}
 	if cfg.MaxConcurrentReconciles <= 0 {
 		cfg.MaxConcurrentReconciles = 1
@@ -156,10 +168,16 @@ func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Mana
 		}
 		b = b.WatchesRawSource(src)
 	}
+	// Routes enqueue their models at once and the grants of their namespaces after the batch
+	// window (two handlers on one informer); grant events too, so that our own grant writes
+	// do not trigger an immediate reconcile that would write again for the next route.
+	window := r.cfg.GrantBatchWindow
 	b = b.WatchesRawSource(source.TypedKind(declared, &gatewayv1.HTTPRoute{},
-		handler.TypedEnqueueRequestsFromMapFunc(r.routeToKeys), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
+		handler.TypedEnqueueRequestsFromMapFunc(r.routeToModels), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
+		WatchesRawSource(source.TypedKind(declared, &gatewayv1.HTTPRoute{},
+			enqueueAfter(window, r.routeToGrants), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
 		WatchesRawSource(source.TypedKind(declared, &gatewayv1beta1.ReferenceGrant{},
-			handler.TypedEnqueueRequestsFromMapFunc(r.grantToNamespace), specOrMetadataChanged[*gatewayv1beta1.ReferenceGrant]())).
+			enqueueAfter(window, r.grantToNamespace), specOrMetadataChanged[*gatewayv1beta1.ReferenceGrant]())).
 		WatchesRawSource(source.TypedChannel(r.gcEvents, handler.TypedFuncs[Key, Key]{
 			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[Key], q workqueue.TypedRateLimitingInterface[Key]) {
 				q.Add(e.Object)

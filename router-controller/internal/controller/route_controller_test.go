@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -468,12 +469,12 @@ func (l *deletionLog) when(obj client.Object) (time.Time, bool) {
 
 // TestGarbageCollectionAfterRestart: a workload deleted while the router is down loses its
 // route and grant after the restarted router's caches sync, and not before: the initial
-// Deployment list is held back 3s by a proxy, and throughout the delay the gate stays closed
-// and neither the orphan nor the live route or grant is touched. A watch independent of the
+// Deployment list is held back 5s by a proxy, and throughout the delay the gate stays closed,
+// /readyz answers 5xx and neither the orphan nor the live route or grant is touched. A watch independent of the
 // router proves the live route and grant are never deleted.
 func TestGarbageCollectionAfterRestart(t *testing.T) {
 	needEnv(t)
-	const delay = 3 * time.Second
+	const delay = 5 * time.Second
 	gw, nsKeep, nsGone := newNamespace(t, "gw"), newNamespace(t, "keep"), newNamespace(t, "gone")
 	watched := []string{nsKeep, nsGone}
 	keepModel, goneModel := "keep-"+nsKeep, "gone-"+nsGone
@@ -509,6 +510,7 @@ func TestGarbageCollectionAfterRestart(t *testing.T) {
 	}
 	start := time.Now()
 	second := startRouter(t, proxy.Config(), gw, watched)
+	var notReady time.Duration // when /readyz last answered 5xx
 
 	// While the Deployment caches fill, nothing may be collected.
 	for time.Since(start) < delay-300*time.Millisecond {
@@ -516,6 +518,11 @@ func TestGarbageCollectionAfterRestart(t *testing.T) {
 		case <-second.app.Gate.Opened():
 			t.Fatalf("the gate opened %s after start, before the delayed Deployment list (%s)", time.Since(start), delay)
 		default:
+		}
+		if code := second.readyzStatus(); code == http.StatusOK {
+			t.Fatalf("/readyz 200 %s after start, before the delayed Deployment list (%s)", time.Since(start), delay)
+		} else if code >= http.StatusInternalServerError { // 500 from controller-runtime; any 5xx is not ready
+			notReady = time.Since(start)
 		}
 		if getRoute(t, gw, goneRoute.Name) == nil {
 			t.Fatalf("the orphaned route was deleted %s after start, before the caches synced", time.Since(start))
@@ -530,6 +537,16 @@ func TestGarbageCollectionAfterRestart(t *testing.T) {
 	}
 
 	second.waitOpen(t)
+	eventually(t, "/readyz 200 once the caches synced", func() error {
+		if code := second.readyzStatus(); code != http.StatusOK {
+			return fmt.Errorf("/readyz answered %d", code)
+		}
+		return nil
+	})
+	if notReady == 0 {
+		t.Error("/readyz never answered 5xx while the Deployment list was delayed")
+	}
+	t.Logf("/readyz 5xx until %s after start (Deployment list delayed %s), then 200; nothing collected before", notReady, delay)
 	waitRouteGone(t, gw, goneModel)
 	waitGrant(t, gw, nsGone)
 

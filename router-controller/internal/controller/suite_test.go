@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -115,6 +116,7 @@ type router struct {
 	app    *app.App
 	cancel context.CancelFunc
 	done   chan error
+	readyz string // URL of the health probe's /readyz
 }
 
 // startRouter builds the router through setup.Build and runs it until stop or the end of
@@ -138,7 +140,7 @@ func startRouter(t *testing.T, cfg *rest.Config, gatewayNamespace string, namesp
 		cancel()
 		t.Fatalf("building the router: %v", err)
 	}
-	r := &router{t: t, app: a, cancel: cancel, done: make(chan error, 1)}
+	r := &router{t: t, app: a, cancel: cancel, done: make(chan error, 1), readyz: "http://" + o.HealthProbeBindAddress + "/readyz"}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(r.stop)
 	return r
@@ -156,6 +158,16 @@ func (r *router) stop() {
 		r.t.Fatal("router did not stop within 30s")
 	}
 	r.done <- nil // later stops return at once
+}
+
+// readyzStatus returns the status code of /readyz, or 0 when the probe cannot be reached.
+func (r *router) readyzStatus() int {
+	resp, err := http.Get(r.readyz) //nolint:gosec,noctx // a loopback probe address chosen by the test
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func (r *router) waitOpen(t *testing.T) {

@@ -34,5 +34,6 @@
 // per route in total, 16 backendRefs per rule, 16 "to" entries per ReferenceGrant. Matches are
 // split across rules (with identical backends) when a rule would overflow. A route that cannot
 // fit at all is an error, never an invalid object. A namespace with more than 16 routed
-// Services gets several ReferenceGrants.
+// Services gets several ReferenceGrants; AssignReferenceGrants keeps every Service in the
+// grant that already admits it, so a change rewrites as few grants as it can.
 package routes

@@ -48,6 +48,9 @@ type Options struct {
 	ExtraWorkloadKinds []string
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// GrantBatchWindow delays the ReferenceGrant reconcile of a namespace after a route
+	// change, so that a burst of routes costs one grant write.
+	GrantBatchWindow time.Duration
 
 	// SkipControllerNameValidation lets tests run several managers in one process.
 	SkipControllerNameValidation bool
@@ -62,6 +65,7 @@ func NewOptions() *Options {
 		RoutePaths:              append([]string(nil), routes.DefaultPaths...),
 		RouteTimeout:            routes.DefaultTimeout,
 		MaxConcurrentReconciles: 2,
+		GrantBatchWindow:        controller.DefaultGrantBatchWindow,
 	}
 }
 
@@ -83,6 +87,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 			return nil
 		})
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "How many models or namespaces are reconciled in parallel.")
+	fs.DurationVar(&o.GrantBatchWindow, "grant-batch-window", o.GrantBatchWindow,
+		"How long the ReferenceGrants of a namespace wait after a route change, so that the routes written meanwhile cost one grant write (0: no wait).")
 }
 
 func splitList(s string) []string {
@@ -142,6 +148,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
+	}
+	if o.GrantBatchWindow < 0 {
+		errs = append(errs, fmt.Errorf("--grant-batch-window must not be negative, got %s", o.GrantBatchWindow))
 	}
 	return errors.Join(errs...)
 }
@@ -254,6 +263,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			Routes:                  o.RoutesConfig(),
 			SourceKinds:             kinds,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+			GrantBatchWindow:        o.GrantBatchWindow,
 			GateOpened:              a.Gate.Opened(),
 			SkipNameValidation:      o.SkipControllerNameValidation,
 		})

@@ -35,12 +35,15 @@ func TestDefaults(t *testing.T) {
 	if o.MaxConcurrentReconciles < 1 {
 		t.Errorf("default --max-concurrent-reconciles = %d", o.MaxConcurrentReconciles)
 	}
+	if o.GrantBatchWindow != controller.DefaultGrantBatchWindow {
+		t.Errorf("default --grant-batch-window = %s, want %s", o.GrantBatchWindow, controller.DefaultGrantBatchWindow)
+	}
 }
 
 func TestFlags(t *testing.T) {
 	o := parse(t,
 		"--gateway-namespace=gw", "--gateway-name=eg", "--route-paths= /a, /b/c ,,",
-		"--route-timeout=90s", "--max-concurrent-reconciles=4",
+		"--route-timeout=90s", "--max-concurrent-reconciles=4", "--grant-batch-window=2s",
 		"--extra-workload-kinds=leaderworkerset.x-k8s.io/v1/LeaderWorkerSet, orchestration.aibrix.ai/v1alpha1/RayClusterFleet")
 	if err := o.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
@@ -48,6 +51,9 @@ func TestFlags(t *testing.T) {
 	want := routes.Config{GatewayNamespace: "gw", GatewayName: "eg", Paths: []string{"/a", "/b/c"}, Timeout: 90 * time.Second}
 	if diff := cmp.Diff(want, o.RoutesConfig()); diff != "" {
 		t.Errorf("route configuration (-want +got):\n%s", diff)
+	}
+	if o.GrantBatchWindow != 2*time.Second {
+		t.Errorf("--grant-batch-window = %s, want 2s", o.GrantBatchWindow)
 	}
 	kinds, err := o.SourceKinds()
 	if err != nil {
@@ -83,6 +89,7 @@ func TestValidate(t *testing.T) {
 		"sub-millisecond":       {args: []string{"--route-timeout=1500us"}, wantErr: []string{"--route-timeout"}},
 		"too long timeout":      {args: []string{"--route-timeout=1000000h"}, wantErr: []string{"timeout"}},
 		"zero concurrency":      {args: []string{"--max-concurrent-reconciles=0"}, wantErr: []string{"--max-concurrent-reconciles"}},
+		"negative grant window": {args: []string{"--grant-batch-window=-1s"}, wantErr: []string{"--grant-batch-window"}},
 		"kind without group":    {args: []string{"--extra-workload-kinds=v1/LeaderWorkerSet"}, wantErr: []string{"want group/version/Kind"}},
 		"lower-case kind":       {args: []string{"--extra-workload-kinds=x.io/v1/leaderworkerset"}, wantErr: []string{"CamelCase"}},
 		"bad version":           {args: []string{"--extra-workload-kinds=x.io/V1/Thing"}, wantErr: []string{"version"}},

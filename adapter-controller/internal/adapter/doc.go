@@ -6,5 +6,7 @@
 // chooses the pods (placement.go), compares with what the engines report (inventory.go) and
 // loads or unloads the difference, with a backoff per (adapter, pod). Drift - an engine that
 // restarted and forgot its adapters - is found by one periodic GET /v1/models per engine pod,
-// shared by every adapter, which enqueues the adapters missing there.
+// shared by every adapter, which enqueues the adapters missing there. Each load is verified
+// by a listing of the pod that started after the load returned; loads onto the same pod at
+// about the same time share it (listings.go).
 package adapter

@@ -27,6 +27,10 @@ type Inventory struct {
 	clock    clock.WithTicker
 	apiKey   func(ctx context.Context, a *v1alpha1.ModelAdapter) string
 	events   chan event.GenericEvent
+	// acquire and release, when set, bound each engine call with the reconciler's slots.
+	acquire  func(ctx context.Context) error
+	release  func()
+	listings *listings
 
 	mu   sync.Mutex
 	pods map[types.NamespacedName]*podInventory
@@ -39,11 +43,13 @@ type podInventory struct {
 
 // NewInventory returns an inventory polling every period with at most parallel requests.
 func NewInventory(c engine.Client, reader client.Reader, period time.Duration, parallel int, clk clock.WithTicker) *Inventory {
-	return &Inventory{
+	i := &Inventory{
 		engine: c, reader: reader, period: period, parallel: max(parallel, 1), clock: clk,
 		events: make(chan event.GenericEvent, 1024),
 		pods:   map[types.NamespacedName]*podInventory{},
 	}
+	i.listings = newListings(i.list, i.record)
+	return i
 }
 
 // Events carries the adapters to reconcile because an engine no longer lists them.
@@ -91,18 +97,21 @@ func (i *Inventory) forgetAdapter(pod *corev1.Pod, adapter string) {
 	}
 }
 
-// Refresh lists the adapters of one pod now and records the answer.
+// Refresh returns the adapters of one pod from a listing that starts after the call, and
+// records the answer. Callers that refresh the same pod at the same time share the listing.
 func (i *Inventory) Refresh(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint) (map[string]bool, error) {
-	names, err := i.engine.ListAdapters(ctx, ep)
-	if err != nil {
-		return nil, err
+	return i.listings.get(ctx, pod, ep, i.listings.mark())
+}
+
+// list makes one engine call within an engine call slot.
+func (i *Inventory) list(ctx context.Context, ep engine.Endpoint) ([]string, error) {
+	if i.acquire != nil {
+		if err := i.acquire(ctx); err != nil {
+			return nil, err
+		}
+		defer i.release()
 	}
-	i.record(pod, names)
-	set := make(map[string]bool, len(names))
-	for _, n := range names {
-		set[n] = true
-	}
-	return set, nil
+	return i.engine.ListAdapters(ctx, ep)
 }
 
 // Start polls every period until ctx ends. It is added to the gated manager, so it starts

@@ -30,8 +30,18 @@ var (
 		Name: "modelplane_engine_requests_total",
 		Help: "HTTP requests to inference engines, by engine, operation and HTTP status or transport failure.",
 	}, []string{"engine", "op", "code"})
+	listRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "modelplane_adapter_inventory_list_requests_total",
+		Help: "Requests for the adapters of an engine pod (load verifications and inventory polls), by whether they started a GET /v1/models call (started) or shared one (shared).",
+	}, []string{"call"})
 	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("modelplane_adapters",
 		"ModelAdapters by status phase, counted from the informer cache at scrape time.", []string{"phase"}, nil)}
+)
+
+// Values of the call label of listRequests.
+const (
+	listStarted = "started"
+	listShared  = "shared"
 )
 
 var registerOnce sync.Once
@@ -39,7 +49,7 @@ var registerOnce sync.Once
 // RegisterMetrics registers the adapter metrics on controller-runtime's registry.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, engineRequests, adaptersByPhase)
+		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, engineRequests, listRequests, adaptersByPhase)
 	})
 }
 

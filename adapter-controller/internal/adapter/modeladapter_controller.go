@@ -138,6 +138,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		key, _, _ := r.credentials(ctx, a)
 		return key
 	}
+	r.inventory.acquire, r.inventory.release = r.acquire, r.release
 	RegisterMetrics()
 	adaptersByPhase.setReader(c)
 	return r, nil

@@ -299,7 +299,10 @@ func (r *Reconciler) acquire(ctx context.Context) error {
 
 func (r *Reconciler) release() { <-r.slots }
 
-// load loads the adapter on one pod and verifies that the engine lists it.
+// load loads the adapter on one pod and verifies that the engine lists it. The load holds
+// an engine call slot; the verification waits without one for a listing of the pod that
+// starts after the load returned, shared with the other loads onto the pod meanwhile (the
+// listing takes a slot of its own).
 func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, p *pass) error {
 	ep, err := engine.EndpointForPod(pod, p.apiKey)
 	if err != nil {
@@ -312,15 +315,18 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	if err := r.acquire(ctx); err != nil {
 		return err
 	}
-	defer r.release()
 	start := r.clock.Now()
-	err = r.engine.Load(ctx, ep, engine.LoadRequest{
-		Name: a.Name, ArtifactURL: a.Spec.ArtifactURL,
-		Credentials: p.credentials, AdditionalConfig: engineConfig(a.Spec.AdditionalConfig),
-	})
+	err = func() error {
+		defer r.release()
+		return r.engine.Load(ctx, ep, engine.LoadRequest{
+			Name: a.Name, ArtifactURL: a.Spec.ArtifactURL,
+			Credentials: p.credentials, AdditionalConfig: engineConfig(a.Spec.AdditionalConfig),
+		})
+	}()
+	loadedAt := r.inventory.listings.mark() // listings after this one may show the adapter
 	if err == nil {
 		var listed map[string]bool
-		if listed, err = r.inventory.Refresh(ctx, pod, ep); err == nil && !listed[a.Name] {
+		if listed, err = r.inventory.listings.get(ctx, pod, ep, loadedAt); err == nil && !listed[a.Name] {
 			err = &engine.Error{Reason: ReasonNotVerified, Engine: ep.Kind, Op: engine.OpList, Retryable: true,
 				Message: "the engine answered the load with success but does not list the adapter"}
 		}

@@ -38,15 +38,16 @@ func TestFiftyAdaptersOnTenPods(t *testing.T) {
 		waitAdapter(t, client.ObjectKeyFromObject(a), 2*time.Minute, a.Name+" Running on all pods", running(podCount))
 	}
 	took := time.Since(start)
-	loads := 0
+	loads, lists := 0, 0
 	for _, e := range engines {
 		if n := len(e.Loaded()); n != adapters {
 			t.Errorf("an engine holds %d adapters, want %d", n, adapters)
 		}
 		loads += e.Loads()
+		lists += e.Lists()
 	}
-	t.Logf("%d adapters x %d pods: all Running after %s (%d load calls, %.0f loads/s)",
-		adapters, podCount, took.Round(time.Millisecond), loads, float64(loads)/took.Seconds())
+	t.Logf("%d adapters x %d pods: all Running after %s (%d load calls, %.0f loads/s, %d list calls)",
+		adapters, podCount, took.Round(time.Millisecond), loads, float64(loads)/took.Seconds(), lists)
 
 	before := 0
 	for _, e := range engines {
@@ -62,5 +63,48 @@ func TestFiftyAdaptersOnTenPods(t *testing.T) {
 	t.Logf("engine list requests per inventory period: %.2f per pod (%d adapters per pod)", perPodPerPeriod, adapters)
 	if perPodPerPeriod > 1.5 {
 		t.Errorf("%.2f list requests per pod per period, want about 1 independent of the %d adapters", perPodPerPeriod, adapters)
+	}
+}
+
+// TestVerificationListsShared creates 10 adapters for 5 pods at once (50 loads). Several
+// adapters load onto the same pod at about the same time, and their verifying GET
+// /v1/models calls are shared, so the engines see fewer list calls than loads (without
+// sharing there is one verification list per load, plus the inventory polls).
+func TestVerificationListsShared(t *testing.T) {
+	needEnv(t)
+	const adapters, podCount = 10, 5
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	var engines []*fakeengine.Engine
+	for i := range podCount {
+		ip := newIP()
+		engines = append(engines, engine(t, ip, 8000, fakeengine.Options{Latency: 100 * time.Millisecond}))
+		modelPod(t, ns, fmt.Sprintf("share-%d", i), ip, modelLabels("share"))
+	}
+	sharedBefore := metricValue(t, "modelplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})
+	var created []*v1alpha1.ModelAdapter
+	for i := range adapters {
+		a := newAdapter(ns, fmt.Sprintf("lora-%02d", i), "share")
+		if err := k8s.Create(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, a)
+	}
+	for _, a := range created {
+		waitAdapter(t, client.ObjectKeyFromObject(a), time.Minute, a.Name+" Running on all pods", running(podCount))
+	}
+	loads, lists := 0, 0
+	for _, e := range engines {
+		loads += e.Loads()
+		lists += e.Lists()
+	}
+	t.Logf("%d adapters x %d pods: %d load calls, %d list calls (verifications and inventory polls), %.2f lists per load; %.0f list requests shared a call",
+		adapters, podCount, loads, lists, float64(lists)/float64(loads),
+		metricValue(t, "modelplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})-sharedBefore)
+	if loads < adapters*podCount {
+		t.Errorf("%d load calls, want at least %d", loads, adapters*podCount)
+	}
+	if lists >= loads {
+		t.Errorf("%d list calls for %d loads, want fewer: verifications of loads onto the same pod are not shared", lists, loads)
 	}
 }

@@ -1,0 +1,540 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// fakeEngine is an engine.Client that keeps the adapters of each host in memory. A list
+// answers what was loaded when it started. With hold set, every list waits until the test
+// sends on hold (or its context ends).
+type fakeEngine struct {
+	hold    chan struct{}
+	listErr error
+	lie     bool          // loads succeed without loading
+	delay   time.Duration // of every call
+
+	mu          sync.Mutex
+	loaded      map[string][]string // host -> adapters
+	loads       int
+	lists       int
+	listsByKey  map[string]int // API key -> lists
+	running     int            // lists in flight
+	calls       int            // calls of any kind in flight
+	maxCalls    int
+	cancelled   int // lists whose context ended before they were answered
+	listStarted chan struct{}
+}
+
+var _ engine.Client = (*fakeEngine)(nil)
+
+func newFakeEngine() *fakeEngine {
+	return &fakeEngine{loaded: map[string][]string{}, listsByKey: map[string]int{}, listStarted: make(chan struct{}, 1000)}
+}
+
+func (f *fakeEngine) enter() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.maxCalls = max(f.maxCalls, f.calls)
+}
+
+func (f *fakeEngine) exit() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls--
+}
+
+func (f *fakeEngine) Load(_ context.Context, ep engine.Endpoint, req engine.LoadRequest) error {
+	f.enter()
+	defer f.exit()
+	time.Sleep(f.delay)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loads++
+	if !f.lie && !slices.Contains(f.loaded[ep.Host], req.Name) {
+		f.loaded[ep.Host] = append(f.loaded[ep.Host], req.Name)
+	}
+	return nil
+}
+
+func (f *fakeEngine) Unload(context.Context, engine.Endpoint, string) error { return nil }
+
+func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]string, error) {
+	f.enter()
+	defer f.exit()
+	f.mu.Lock()
+	f.lists++
+	f.listsByKey[ep.APIKey]++
+	f.running++
+	names := slices.Clone(f.loaded[ep.Host])
+	f.mu.Unlock()
+	f.listStarted <- struct{}{}
+	defer func() {
+		f.mu.Lock()
+		f.running--
+		f.mu.Unlock()
+	}()
+	time.Sleep(f.delay)
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-ctx.Done():
+			f.mu.Lock()
+			f.cancelled++
+			f.mu.Unlock()
+			return nil, &engine.Error{Reason: engine.ReasonEngineRequestCanceled, Op: engine.OpList, Err: ctx.Err()}
+		}
+	}
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (f *fakeEngine) count(n *int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return *n
+}
+
+// load puts an adapter on a host directly, as another client would.
+func (f *fakeEngine) load(host, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loaded[host] = append(f.loaded[host], name)
+}
+
+func fakePod(name, ip string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid")},
+		Status:     corev1.PodStatus{PodIP: ip},
+	}
+}
+
+func endpointFor(pod *corev1.Pod, apiKey string) engine.Endpoint {
+	return engine.Endpoint{Kind: engine.KindVLLM, Host: pod.Status.PodIP, APIKey: apiKey}
+}
+
+// result is what one get returned.
+type result struct {
+	names map[string]bool
+	err   error
+}
+
+// getAsync calls get in a goroutine and returns where its result arrives.
+func getAsync(ctx context.Context, l *listings, pod *corev1.Pod, ep engine.Endpoint, after uint64) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		names, err := l.get(ctx, pod, ep, after)
+		ch <- result{names, err}
+	}()
+	return ch
+}
+
+// waiters returns the number of callers waiting for the listing in flight and the pending
+// one of a pod.
+func waiters(l *listings, pod *corev1.Pod, ep engine.Endpoint) (inFlight, pending int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pods[listingKey{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, ep: ep}]
+	if p == nil {
+		return 0, 0
+	}
+	if p.inFlight != nil {
+		inFlight = p.inFlight.waiters
+	}
+	if p.pending != nil {
+		pending = p.pending.waiters
+	}
+	return inFlight, pending
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 10s waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func receive(t *testing.T, what string, ch <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out after 10s waiting for %s", what)
+		return result{}
+	}
+}
+
+func newTestInventory(f *fakeEngine) *Inventory {
+	return NewInventory(f, nil, time.Minute, 1, clock.RealClock{})
+}
+
+func TestListingsShareConcurrentCallers(t *testing.T) {
+	f := newFakeEngine()
+	f.hold = make(chan struct{})
+	inv := newTestInventory(f)
+	pod := fakePod("p", "10.0.0.1")
+	ep := endpointFor(pod, "")
+	f.load(pod.Status.PodIP, "a")
+
+	// Callers whose loads returned before the first listing started all share it.
+	mark := inv.listings.mark()
+	var results []<-chan result
+	for range 5 {
+		results = append(results, getAsync(t.Context(), inv.listings, pod, ep, mark))
+	}
+	eventually(t, "5 callers on the listing in flight", func() bool { n, _ := waiters(inv.listings, pod, ep); return n == 5 })
+	f.hold <- struct{}{}
+	for i, ch := range results {
+		r := receive(t, fmt.Sprintf("caller %d", i), ch)
+		if r.err != nil || !r.names["a"] {
+			t.Errorf("Caller %d got %v, %v; want a listing with a", i, r.names, r.err)
+		}
+	}
+	if n := f.count(&f.lists); n != 1 {
+		t.Errorf("%d list calls for 5 concurrent callers, want 1", n)
+	}
+	if loaded, known := inv.Loaded(pod, "a"); !loaded || !known {
+		t.Errorf("Inventory Loaded(a) = %t, %t after the listing; want true, true", loaded, known)
+	}
+	if _, pending := waiters(inv.listings, pod, ep); pending != 0 || len(inv.listings.pods) != 0 {
+		t.Errorf("Listings of %d pods left behind, want none", len(inv.listings.pods))
+	}
+}
+
+func TestListingsLateCallerWaitsForTheNextListing(t *testing.T) {
+	f := newFakeEngine()
+	f.hold = make(chan struct{})
+	inv := newTestInventory(f)
+	pod := fakePod("p", "10.0.0.1")
+	ep := endpointFor(pod, "")
+
+	first := getAsync(t.Context(), inv.listings, pod, ep, inv.listings.mark())
+	<-f.listStarted
+	// Loaded after the first listing started: it may not show the adapter, so these two
+	// callers wait for the next listing, and share it.
+	f.load(pod.Status.PodIP, "late")
+	late1 := getAsync(t.Context(), inv.listings, pod, ep, inv.listings.mark())
+	late2 := getAsync(t.Context(), inv.listings, pod, ep, inv.listings.mark())
+	eventually(t, "2 callers on the pending listing", func() bool { _, n := waiters(inv.listings, pod, ep); return n == 2 })
+	if n := f.count(&f.running); n != 1 {
+		t.Errorf("%d listings in flight with one pending, want 1", n)
+	}
+	f.hold <- struct{}{}
+	if r := receive(t, "the first caller", first); r.err != nil || r.names["late"] {
+		t.Errorf("First caller got %v, %v; want the listing from before the late load", r.names, r.err)
+	}
+	<-f.listStarted
+	f.hold <- struct{}{}
+	for i, ch := range []<-chan result{late1, late2} {
+		if r := receive(t, "a late caller", ch); r.err != nil || !r.names["late"] {
+			t.Errorf("Late caller %d got %v, %v; want a listing with late", i, r.names, r.err)
+		}
+	}
+	if n := f.count(&f.lists); n != 2 {
+		t.Errorf("%d list calls, want 2", n)
+	}
+}
+
+func TestListingsShareErrors(t *testing.T) {
+	f := newFakeEngine()
+	f.hold = make(chan struct{})
+	f.listErr = &engine.Error{Reason: engine.ReasonEngineServerError, Op: engine.OpList, Status: 500}
+	inv := newTestInventory(f)
+	pod := fakePod("p", "10.0.0.1")
+	ep := endpointFor(pod, "")
+
+	mark := inv.listings.mark()
+	var results []<-chan result
+	for range 3 {
+		results = append(results, getAsync(t.Context(), inv.listings, pod, ep, mark))
+	}
+	eventually(t, "3 callers on the listing", func() bool { n, _ := waiters(inv.listings, pod, ep); return n == 3 })
+	f.hold <- struct{}{}
+	for i, ch := range results {
+		if r := receive(t, "a caller", ch); engine.ReasonOf(r.err) != engine.ReasonEngineServerError {
+			t.Errorf("Caller %d got error %v, want the engine's %s", i, r.err, engine.ReasonEngineServerError)
+		}
+	}
+	if n := f.count(&f.lists); n != 1 {
+		t.Errorf("%d list calls, want 1", n)
+	}
+	if _, known := inv.Loaded(pod, "a"); known {
+		t.Error("A failed listing was recorded in the inventory")
+	}
+}
+
+func TestListingsCancellation(t *testing.T) {
+	pod := fakePod("p", "10.0.0.1")
+	ep := endpointFor(pod, "")
+
+	t.Run("one caller leaving does not cancel the others' listing", func(t *testing.T) {
+		f := newFakeEngine()
+		f.hold = make(chan struct{})
+		inv := newTestInventory(f)
+		ctx, cancel := context.WithCancel(t.Context())
+		mark := inv.listings.mark()
+		leaving := getAsync(ctx, inv.listings, pod, ep, mark)
+		staying := getAsync(t.Context(), inv.listings, pod, ep, mark)
+		eventually(t, "2 callers on the listing", func() bool { n, _ := waiters(inv.listings, pod, ep); return n == 2 })
+		cancel()
+		if r := receive(t, "the cancelled caller", leaving); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Cancelled caller got %v, %v; want context.Canceled", r.names, r.err)
+		}
+		f.hold <- struct{}{}
+		if r := receive(t, "the other caller", staying); r.err != nil {
+			t.Errorf("Other caller got %v, want the listing", r.err)
+		}
+		if n := f.count(&f.cancelled); n != 0 {
+			t.Errorf("%d list calls cancelled, want 0", n)
+		}
+	})
+
+	t.Run("the last caller leaving cancels the listing", func(t *testing.T) {
+		f := newFakeEngine()
+		f.hold = make(chan struct{})
+		inv := newTestInventory(f)
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := getAsync(ctx, inv.listings, pod, ep, inv.listings.mark())
+		<-f.listStarted
+		cancel()
+		if r := receive(t, "the cancelled caller", ch); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Cancelled caller got %v, %v; want context.Canceled", r.names, r.err)
+		}
+		eventually(t, "the list call cancelled", func() bool { return f.count(&f.cancelled) == 1 })
+		eventually(t, "the listing forgotten", func() bool {
+			inv.listings.mu.Lock()
+			defer inv.listings.mu.Unlock()
+			return len(inv.listings.pods) == 0
+		})
+	})
+
+	t.Run("a caller does not join a cancelled listing", func(t *testing.T) {
+		f := newFakeEngine()
+		f.hold = make(chan struct{})
+		inv := newTestInventory(f)
+		ctx, cancel := context.WithCancel(t.Context())
+		mark := inv.listings.mark()
+		first := getAsync(ctx, inv.listings, pod, ep, mark)
+		<-f.listStarted
+		// Hold the cancelled call in flight, as a slow engine would.
+		f.mu.Lock()
+		cancel()
+		receive(t, "the cancelled caller", first)
+		// This caller could join the first listing by its mark, but that one is cancelled.
+		next := getAsync(t.Context(), inv.listings, pod, ep, mark)
+		eventually(t, "the caller on the pending listing", func() bool { _, n := waiters(inv.listings, pod, ep); return n == 1 })
+		f.mu.Unlock()
+		<-f.listStarted
+		f.hold <- struct{}{}
+		if r := receive(t, "the next caller", next); r.err != nil {
+			t.Errorf("Next caller got %v, want the second listing", r.err)
+		}
+	})
+
+	t.Run("a pending listing nobody waits for is not made", func(t *testing.T) {
+		f := newFakeEngine()
+		f.hold = make(chan struct{})
+		inv := newTestInventory(f)
+		first := getAsync(t.Context(), inv.listings, pod, ep, inv.listings.mark())
+		<-f.listStarted
+		ctx, cancel := context.WithCancel(t.Context())
+		late := getAsync(ctx, inv.listings, pod, ep, inv.listings.mark())
+		eventually(t, "the caller on the pending listing", func() bool { _, n := waiters(inv.listings, pod, ep); return n == 1 })
+		cancel()
+		if r := receive(t, "the cancelled caller", late); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Cancelled caller got %v, %v; want context.Canceled", r.names, r.err)
+		}
+		f.hold <- struct{}{}
+		receive(t, "the first caller", first)
+		eventually(t, "the listing forgotten", func() bool {
+			inv.listings.mu.Lock()
+			defer inv.listings.mu.Unlock()
+			return len(inv.listings.pods) == 0
+		})
+		if n := f.count(&f.lists); n != 1 {
+			t.Errorf("%d list calls, want 1 (the pending one was withdrawn)", n)
+		}
+	})
+
+	t.Run("a caller whose context has ended makes no call", func(t *testing.T) {
+		f := newFakeEngine()
+		inv := newTestInventory(f)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := inv.listings.get(ctx, pod, ep, inv.listings.mark()); !errors.Is(err, context.Canceled) {
+			t.Errorf("get() = %v, want context.Canceled", err)
+		}
+		if n := f.count(&f.lists); n != 0 {
+			t.Errorf("%d list calls, want 0", n)
+		}
+	})
+}
+
+func TestListingsNotSharedAcrossKeys(t *testing.T) {
+	f := newFakeEngine()
+	f.hold = make(chan struct{})
+	inv := newTestInventory(f)
+	pod := fakePod("p", "10.0.0.1")
+	recreated := pod.DeepCopy()
+	recreated.UID = "other-uid"
+
+	mark := inv.listings.mark()
+	calls := map[string]struct {
+		pod *corev1.Pod
+		ep  engine.Endpoint
+	}{
+		"key a":         {pod, endpointFor(pod, "key-a")},
+		"key b":         {pod, endpointFor(pod, "key-b")},
+		"no key":        {pod, endpointFor(pod, "")},
+		"recreated pod": {recreated, endpointFor(recreated, "key-a")},
+	}
+	var results []<-chan result
+	for _, c := range calls {
+		results = append(results, getAsync(t.Context(), inv.listings, c.pod, c.ep, mark))
+	}
+	eventually(t, "4 list calls in flight", func() bool { return f.count(&f.running) == 4 })
+	for range results {
+		f.hold <- struct{}{}
+	}
+	for _, ch := range results {
+		if r := receive(t, "a caller", ch); r.err != nil {
+			t.Errorf("get() failed: %v", r.err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if diff := cmp.Diff(map[string]int{"key-a": 2, "key-b": 1, "": 1}, f.listsByKey); diff != "" {
+		t.Errorf("List calls by API key mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestListingsVerifyEveryLoad: many loads onto two pods, each verified with a listing that
+// must show its adapter; they share listings, and nothing is left behind.
+func TestListingsVerifyEveryLoad(t *testing.T) {
+	f := newFakeEngine()
+	inv := newTestInventory(f)
+	pods := []*corev1.Pod{fakePod("p0", "10.0.0.1"), fakePod("p1", "10.0.0.2")}
+	const loads = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, loads)
+	for i := range loads {
+		pod := pods[i%len(pods)]
+		wg.Go(func() {
+			ctx := t.Context()
+			if i%10 == 9 { // some callers give up early
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Duration(rand.IntN(300))*time.Microsecond)
+				defer cancel()
+			}
+			name := fmt.Sprintf("a%d", i)
+			time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+			f.load(pod.Status.PodIP, name)
+			listed, err := inv.listings.get(ctx, pod, endpointFor(pod, ""), inv.listings.mark())
+			switch {
+			case err != nil && ctx.Err() == nil:
+				errs <- fmt.Errorf("verifying %s: %w", name, err)
+			case err == nil && !listed[name]:
+				errs <- fmt.Errorf("the listing verifying %s does not show it", name)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	lists := f.count(&f.lists)
+	t.Logf("%d loads verified with %d list calls", loads, lists)
+	if lists >= loads {
+		t.Errorf("%d list calls for %d loads, want fewer", lists, loads)
+	}
+	eventually(t, "the listings forgotten", func() bool {
+		inv.listings.mu.Lock()
+		defer inv.listings.mu.Unlock()
+		return len(inv.listings.pods) == 0
+	})
+}
+
+// TestLoadSharesVerificationWithinSlots: with one engine call slot, many loads onto the
+// same pods complete (a verification waiting for a shared listing holds no slot the listing
+// needs), never exceed the slot, share their verifications, and a lying engine is caught.
+func TestLoadSharesVerificationWithinSlots(t *testing.T) {
+	newReconciler := func(f *fakeEngine, slots int) *Reconciler {
+		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: make(chan struct{}, slots)}
+		r.inventory = newTestInventory(f)
+		r.inventory.acquire, r.inventory.release = r.acquire, r.release
+		return r
+	}
+	pods := []*corev1.Pod{fakePod("p0", "10.0.0.1"), fakePod("p1", "10.0.0.2")}
+
+	t.Run("one slot", func(t *testing.T) {
+		f := newFakeEngine()
+		f.delay = time.Millisecond
+		r := newReconciler(f, 1)
+		const adapters = 16
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, adapters*len(pods))
+		for i := range adapters {
+			a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("a%d", i)},
+				Spec: v1alpha1.ModelAdapterSpec{ArtifactURL: "hf://org/repo"}}
+			for _, pod := range pods {
+				wg.Go(func() {
+					if err := r.load(ctx, a, pod, newPass(a)); err != nil {
+						errs <- fmt.Errorf("loading %s on %s: %w", a.Name, pod.Name, err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		loads, lists, maxCalls := f.count(&f.loads), f.count(&f.lists), f.count(&f.maxCalls)
+		t.Logf("%d loads verified with %d list calls, at most %d engine calls at once", loads, lists, maxCalls)
+		if maxCalls > 1 {
+			t.Errorf("%d engine calls at once, want at most the 1 slot", maxCalls)
+		}
+		if lists >= loads {
+			t.Errorf("%d list calls for %d loads, want fewer", lists, loads)
+		}
+	})
+
+	t.Run("lying engine", func(t *testing.T) {
+		f := newFakeEngine()
+		f.lie = true
+		r := newReconciler(f, 4)
+		a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
+			Spec: v1alpha1.ModelAdapterSpec{ArtifactURL: "hf://org/repo"}}
+		err := r.load(t.Context(), a, pods[0], newPass(a))
+		if engine.ReasonOf(err) != ReasonNotVerified {
+			t.Errorf("load() = %v, want reason %s", err, ReasonNotVerified)
+		}
+	})
+}

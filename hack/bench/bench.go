@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -97,6 +98,7 @@ func (b *bench) run(ctx context.Context, points []Point) error {
 		"engineLatency": b.o.engineLatency.String(), "inventoryPeriod": b.o.inventoryPeriod.String(),
 		"maxParallelEngineCalls": b.o.engineParallel, "kubeAPIQPS": b.o.qps, "kubeAPIBurst": b.o.burst,
 		"size": b.o.size, "cluster": b.o.cluster,
+		"adapterArgs": b.o.extraArgs["adapter-controller"], "routerArgs": b.o.extraArgs["router-controller"],
 	}}
 	for i, p := range points {
 		r, err := b.runPoint(ctx, i, p)
@@ -180,14 +182,29 @@ func (b *bench) runPoint(ctx context.Context, idx int, p Point) (*Result, error)
 func (b *bench) serveEngines(ctx context.Context, idx int) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	warned := map[string]string{}
 	go func() {
 		defer close(done)
 		for {
-			l, err := b.admin.kube.CoreV1().Pods(modelsNS).List(ctx, metav1.ListOptions{LabelSelector: modelLabel + "=" + poolName(idx)})
+			// ResourceVersion "0": served from the API server's watch cache, so polling stays
+			// cheap with 10k pods in the namespace.
+			l, err := b.admin.kube.CoreV1().Pods(modelsNS).List(ctx, metav1.ListOptions{LabelSelector: modelLabel + "=" + poolName(idx), ResourceVersion: "0"})
+			if err != nil && ctx.Err() == nil {
+				logf("listing the pool pods: %v", err)
+			}
 			if err == nil {
 				for i := range l.Items {
 					ip := l.Items[i].Status.PodIP
-					if ip == "" || b.fleet.Get(ip) != nil {
+					if ip == "" || slices.Contains(b.pool(idx), ip) {
+						continue
+					}
+					if b.fleet.Get(ip) != nil {
+						// An engine of an earlier point's pool holds this IP: kwok reuses the IPs
+						// of deleted pods. Log it once; the pod is not served.
+						if warned[ip] == "" {
+							warned[ip] = l.Items[i].Name
+							logf("pool pod %s has IP %s, which an engine of an earlier point already serves", l.Items[i].Name, ip)
+						}
 						continue
 					}
 					if _, err := b.fleet.Add(ip, b.o.enginePort, fakeengine.Options{Latency: b.o.engineLatency}); err != nil {
@@ -651,6 +668,11 @@ func markdown(rep *Report) string {
 		"max parallel engine calls %v, kube-api-qps %v / burst %v.\n\n",
 		m.CPUs, m.MemoryGiB, m.Go, m.Kernel, rep.Settings["engineLatency"], rep.Settings["inventoryPeriod"],
 		rep.Settings["maxParallelEngineCalls"], rep.Settings["kubeAPIQPS"], rep.Settings["kubeAPIBurst"])
+	for _, k := range []string{"adapterArgs", "routerArgs"} {
+		if v, _ := rep.Settings[k].(string); v != "" {
+			fmt.Fprintf(&w, "Extra %s: `%s`.\n\n", k, v)
+		}
+	}
 	fmt.Fprintf(&w, "| point | figure | measured | floor | ratio | target |\n|---|---|---|---|---|---|\n")
 	for _, r := range rep.Points {
 		pt := r.Point.String()

@@ -272,19 +272,26 @@ func (b *bench) populate(ctx context.Context, idx int, p Point) error {
 	}); err != nil {
 		return err
 	}
-	want := b.poolPods + p.S + p.U + p.P
+	want := map[string]int{modelsNS: b.poolPods + p.S + p.P, otherNS: p.U}
 	b.poolPods += p.P
 	return b.waitPods(ctx, want, 20*time.Minute)
 }
 
-// waitPods waits until want pods in the benchmark namespaces run with an IP.
-func (b *bench) waitPods(ctx context.Context, want int, timeout time.Duration) error {
+// waitPods waits until exactly want[ns] pods run with an IP in each benchmark namespace.
+// Exactly: when a point scales a namespace down, pods the ReplicaSet controller has not
+// deleted yet must not stand in for pods of another namespace still being created.
+func (b *bench) waitPods(ctx context.Context, want map[string]int, timeout time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	last := time.Time{}
+	total := 0
+	for _, w := range want {
+		total += w
+	}
 	for {
-		n := 0
+		n, done := 0, true
 		for _, ns := range []string{modelsNS, otherNS} {
+			running := 0
 			opts := metav1.ListOptions{Limit: 1000}
 			for {
 				l, err := b.admin.kube.CoreV1().Pods(ns).List(ctx, opts)
@@ -293,7 +300,7 @@ func (b *bench) waitPods(ctx context.Context, want int, timeout time.Duration) e
 				}
 				for i := range l.Items {
 					if l.Items[i].Status.Phase == corev1.PodRunning && l.Items[i].Status.PodIP != "" && l.Items[i].DeletionTimestamp == nil {
-						n++
+						running++
 					}
 				}
 				if l.Continue == "" {
@@ -301,17 +308,19 @@ func (b *bench) waitPods(ctx context.Context, want int, timeout time.Duration) e
 				}
 				opts.Continue = l.Continue
 			}
+			n += running
+			done = done && running == want[ns]
 		}
-		if n >= want {
-			logf("  pods running: %d/%d after %s", n, want, time.Since(start).Round(time.Second))
+		if done {
+			logf("  pods running: %d/%d after %s", n, total, time.Since(start).Round(time.Second))
 			return nil
 		}
 		if time.Since(last) > 5*time.Second {
-			logf("  pods running: %d/%d", n, want)
+			logf("  pods running: %d/%d", n, total)
 			last = time.Now()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d pods running after %s", n, want, timeout)
+			return fmt.Errorf("only %d of %d pods running after %s (want %v per namespace)", n, total, timeout, want)
 		}
 		select {
 		case <-ctx.Done():

@@ -42,10 +42,11 @@ var presets = map[string][]Point{
 	"tiny":    {{S: 200, U: 0, A: 20, P: 5, M: 50}},
 	"small":   {{S: 500, U: 0, A: 50, P: 10, M: 100}},
 	"default": {{S: 500, U: 0, A: 50, P: 10, M: 100}, {S: 2000, U: 4000, A: 200, P: 20, M: 1000}},
-	"large":   {{S: 2000, U: 4000, A: 200, P: 20, M: 1000}, {S: 10000, U: 0, A: 500, P: 50, M: 2000}},
+	"large":   {{S: 500, U: 0, A: 50, P: 10, M: 100}, {S: 2000, U: 4000, A: 200, P: 20, M: 1000}, {S: 10000, U: 0, A: 500, P: 50, M: 2000}},
 }
 
 type options struct {
+	extraArgs       map[string]string // binary → extra flags
 	root            string
 	size            string
 	points          string
@@ -93,9 +94,13 @@ func run() int {
 	flag.IntVar(&o.periods, "periods", 3, "Inventory periods observed for engine traffic.")
 	flag.IntVar(&o.parallel, "create-parallelism", 16, "Parallel creates when populating the cluster.")
 	flag.IntVar(&o.engineParallel, "max-parallel-engine-calls", 32, "--max-parallel-engine-calls of the adapter-controller, and the parallelism of the engine floor client.")
+	o.extraArgs = map[string]string{}
+	adapterArgs := flag.String("adapter-args", env("BENCH_ADAPTER_ARGS", ""), "Extra flags of the adapter-controller, space separated (e.g. \"--max-concurrent-reconciles=8\"). Env BENCH_ADAPTER_ARGS.")
+	routerArgs := flag.String("router-args", env("BENCH_ROUTER_ARGS", ""), "Extra flags of the router-controller, space separated. Env BENCH_ROUTER_ARGS.")
 	flag.Float64Var(&o.qps, "kube-api-qps", 50, "--kube-api-qps of both controllers and of the floor clients.")
 	flag.IntVar(&o.burst, "kube-api-burst", 100, "--kube-api-burst of both controllers and of the floor clients.")
 	flag.Parse()
+	o.extraArgs["adapter-controller"], o.extraArgs["router-controller"] = *adapterArgs, *routerArgs
 	if o.out == "" {
 		o.out = filepath.Join(o.root, "_artifacts", "bench")
 	}

@@ -37,6 +37,7 @@ func (b *bench) startController(name string, idx int, extra ...string) (*proc, e
 		"--metrics-bind-address", ports[0], "--health-probe-bind-address", ports[1],
 		"--kube-api-qps", fmt.Sprint(b.o.qps), "--kube-api-burst", fmt.Sprint(b.o.burst),
 	}, extra...)
+	args = append(args, strings.Fields(b.o.extraArgs[name])...)
 	logPath := filepath.Join(b.o.out, fmt.Sprintf("%s-point%d.log", name, idx+1))
 	lf, err := os.Create(logPath)
 	if err != nil {

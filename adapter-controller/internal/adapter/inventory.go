@@ -67,6 +67,20 @@ func (i *Inventory) Loaded(pod *corev1.Pod, adapter string) (loaded, known bool)
 	return p.adapters[adapter], true
 }
 
+// PodsListing returns the names of the pods of namespace whose last listing showed the
+// adapter.
+func (i *Inventory) PodsListing(namespace, adapter string) []string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	var out []string
+	for key, p := range i.pods {
+		if key.Namespace == namespace && p.adapters[adapter] {
+			out = append(out, key.Name)
+		}
+	}
+	return out
+}
+
 // Count is the number of adapters the pod last listed (0 when unknown).
 func (i *Inventory) Count(pod *corev1.Pod) int {
 	i.mu.Lock()

@@ -80,8 +80,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "Sustained requests per second to the API server.")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of requests to the API server.")
+	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "Sustained requests per second to the API server, per resource kind: controller-runtime gives each kind its own REST client and rate limiter, and Events have theirs.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of requests to the API server, per resource kind (see --kube-api-qps).")
 	klog.InitFlags(fs)
 }
 

@@ -196,7 +196,7 @@ func TestListingsShareConcurrentCallers(t *testing.T) {
 	f := newFakeEngine()
 	f.hold = make(chan struct{})
 	inv := newTestInventory(f)
-	pod := fakePod("p", "10.0.0.1")
+	pod := fakePod("p", "127.0.40.1")
 	ep := endpointFor(pod, "")
 	f.load(pod.Status.PodIP, "a")
 
@@ -229,7 +229,7 @@ func TestListingsLateCallerWaitsForTheNextListing(t *testing.T) {
 	f := newFakeEngine()
 	f.hold = make(chan struct{})
 	inv := newTestInventory(f)
-	pod := fakePod("p", "10.0.0.1")
+	pod := fakePod("p", "127.0.40.1")
 	ep := endpointFor(pod, "")
 
 	first := getAsync(t.Context(), inv.listings, pod, ep, inv.listings.mark())
@@ -264,7 +264,7 @@ func TestListingsShareErrors(t *testing.T) {
 	f.hold = make(chan struct{})
 	f.listErr = &engine.Error{Reason: engine.ReasonEngineServerError, Op: engine.OpList, Status: 500}
 	inv := newTestInventory(f)
-	pod := fakePod("p", "10.0.0.1")
+	pod := fakePod("p", "127.0.40.1")
 	ep := endpointFor(pod, "")
 
 	mark := inv.listings.mark()
@@ -288,7 +288,7 @@ func TestListingsShareErrors(t *testing.T) {
 }
 
 func TestListingsCancellation(t *testing.T) {
-	pod := fakePod("p", "10.0.0.1")
+	pod := fakePod("p", "127.0.40.1")
 	ep := endpointFor(pod, "")
 
 	t.Run("one caller leaving does not cancel the others' listing", func(t *testing.T) {
@@ -398,7 +398,7 @@ func TestListingsNotSharedAcrossKeys(t *testing.T) {
 	f := newFakeEngine()
 	f.hold = make(chan struct{})
 	inv := newTestInventory(f)
-	pod := fakePod("p", "10.0.0.1")
+	pod := fakePod("p", "127.0.40.1")
 	recreated := pod.DeepCopy()
 	recreated.UID = "other-uid"
 
@@ -437,7 +437,7 @@ func TestListingsNotSharedAcrossKeys(t *testing.T) {
 func TestListingsVerifyEveryLoad(t *testing.T) {
 	f := newFakeEngine()
 	inv := newTestInventory(f)
-	pods := []*corev1.Pod{fakePod("p0", "10.0.0.1"), fakePod("p1", "10.0.0.2")}
+	pods := []*corev1.Pod{fakePod("p0", "127.0.40.1"), fakePod("p1", "127.0.40.2")}
 	const loads = 200
 	var wg sync.WaitGroup
 	errs := make(chan error, loads)
@@ -489,7 +489,7 @@ func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 		r.inventory.acquire, r.inventory.release = r.acquire, r.release
 		return r
 	}
-	pods := []*corev1.Pod{fakePod("p0", "10.0.0.1"), fakePod("p1", "10.0.0.2")}
+	pods := []*corev1.Pod{fakePod("p0", "127.0.40.1"), fakePod("p1", "127.0.40.2")}
 
 	t.Run("one slot", func(t *testing.T) {
 		f := newFakeEngine()

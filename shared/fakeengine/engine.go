@@ -46,6 +46,12 @@ type Options struct {
 	RuntimePort int
 	// Latency delays every request by this much, for benchmarks.
 	Latency time.Duration
+	// NoLoadInplace makes a vLLM engine ignore load_inplace, as vLLM did before it had the
+	// field: a load of a name already loaded is answered "already loaded".
+	NoLoadInplace bool
+	// Preload lists adapters loaded when the engine starts, by name and path, as vLLM's
+	// --lora-modules does.
+	Preload map[string]string
 }
 
 // Counts is a snapshot of request counters.
@@ -166,6 +172,9 @@ func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 		created:  time.Now().Unix(),
 		adapters: map[string]adapter{},
 		counts:   Counts{Requests: map[string]int{}},
+	}
+	for name, path := range opts.Preload {
+		e.load(name, path, false, false)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.serve(ln, e.engineRoutes())

@@ -14,7 +14,7 @@ const (
 )
 
 // Fault changes how an engine answers an operation. The effects combine, in this order:
-// Hang, then Status (or Lie, or the normal answer), then Malformed, then HugeBody.
+// Hang, then Status (or Lie, or the normal answer), then Stall, then Malformed, then HugeBody.
 type Fault struct {
 	// Op is the operation faulted: OpLoad, OpUnload, OpList, or OpAll for all three. A
 	// fault for a specific operation takes precedence over an OpAll fault.
@@ -28,6 +28,11 @@ type Fault struct {
 	// Hang delays the answer by this much, or until the client goes away or the engine is
 	// closed (then the connection is dropped without an answer).
 	Hang time.Duration
+	// Stall handles the request (a load or unload takes effect) and then holds the answer
+	// this long, or until the client goes away or the engine is closed (then the connection
+	// is dropped without an answer): a client that dies meanwhile never learns that the
+	// engine acted.
+	Stall time.Duration
 	// HugeBody prefixes the answer's body with this many bytes of whitespace: JSON answers
 	// stay valid, so only a client that limits what it reads rejects them.
 	HugeBody int

@@ -278,3 +278,59 @@ func TestFaultTimesConcurrent(t *testing.T) {
 		t.Errorf("%d requests failed, want 7", failed)
 	}
 }
+
+// TestFaultStall checks a stalled request takes effect at once and that its answer is held
+// until the client goes away, which never learns of it.
+func TestFaultStall(t *testing.T) {
+	e := start(t, Options{})
+	e.SetFault(Fault{Op: OpLoad, Stall: time.Hour})
+	hc := &http.Client{Timeout: 200 * time.Millisecond}
+	defer hc.CloseIdleConnections()
+	if _, err := call(t, hc, "POST", url(e, "/v1/load_lora_adapter"), `{"lora_name":"a","lora_path":"/p"}`); err == nil {
+		t.Fatal("stalled load answered")
+	}
+	if got := e.Loaded(); len(got) != 1 || got[0] != "a" {
+		t.Errorf("stalled load not applied: %v", got)
+	}
+	eventually(t, "the stalled handler to return", func() bool { return e.inFlight.Load() == 0 })
+}
+
+// TestLoadInplace: vLLM replaces the weights of a loaded adapter when asked to load it in
+// place; an engine without load_inplace answers "already loaded" and keeps the old ones.
+func TestLoadInplace(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts       Options
+		wantStatus int
+		wantPath   string
+	}{
+		"supported":     {Options{}, 200, "/v2"},
+		"older vLLM":    {Options{NoLoadInplace: true}, 400, "/v1"},
+		"without field": {Options{}, 400, "/v1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := start(t, tc.opts)
+			must(t, "POST", url(e, "/v1/load_lora_adapter"), `{"lora_name":"a","lora_path":"/v1"}`)
+			body := `{"lora_name":"a","lora_path":"/v2","load_inplace":true}`
+			if name == "without field" {
+				body = `{"lora_name":"a","lora_path":"/v2"}`
+			}
+			if a := must(t, "POST", url(e, "/v1/load_lora_adapter"), body); a.status != tc.wantStatus {
+				t.Errorf("status %d, want %d (%s)", a.status, tc.wantStatus, a.body)
+			}
+			if got := e.Adapters()["a"]; got != tc.wantPath {
+				t.Errorf("path %q, want %q", got, tc.wantPath)
+			}
+		})
+	}
+}
+
+// TestPreload: adapters given at start are listed with their paths, as --lora-modules are.
+func TestPreload(t *testing.T) {
+	e := start(t, Options{Preload: map[string]string{"static": "/models/static"}})
+	if got := e.Adapters(); len(got) != 1 || got["static"] != "/models/static" {
+		t.Errorf("adapters %v, want static from /models/static", got)
+	}
+	if got := models(t, must(t, "GET", url(e, "/v1/models"), "").body); len(got) != 2 || got[1] != "static<fake-base-model>/models/static" {
+		t.Errorf("/v1/models lists %v, want the base model and static", got)
+	}
+}

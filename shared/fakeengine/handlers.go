@@ -132,6 +132,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 	default:
 		rep = rt.handle(body, f.Lie)
 	}
+	if !sleep(ctx, f.Stall) {
+		panic(http.ErrAbortHandler)
+	}
 	if f.Malformed {
 		rep.body = rep.body[:len(rep.body)/2]
 	}
@@ -243,12 +246,17 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// load adds an adapter unless it is loaded; it reports whether it added it.
-func (e *Engine) load(name, path string, lie bool) bool {
+// load adds an adapter unless it is loaded (or, with replace, replaces its path); it
+// reports whether it added or replaced it.
+func (e *Engine) load(name, path string, replace, lie bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.adapters[name]; ok {
-		return false
+	if a, ok := e.adapters[name]; ok {
+		if replace && !lie {
+			a.path = path
+			e.adapters[name] = a
+		}
+		return replace
 	}
 	if !lie {
 		e.seq++
@@ -271,8 +279,9 @@ func (e *Engine) unload(name string, lie bool) bool {
 }
 
 type loadRequest struct {
-	LoraName string `json:"lora_name"`
-	LoraPath string `json:"lora_path"`
+	LoraName    string `json:"lora_name"`
+	LoraPath    string `json:"lora_path"`
+	LoadInplace bool   `json:"load_inplace"`
 }
 
 func (e *Engine) vllmLoad(body []byte, lie bool) reply {
@@ -283,7 +292,8 @@ func (e *Engine) vllmLoad(body []byte, lie bool) reply {
 	if req.LoraName == "" || req.LoraPath == "" {
 		return badRequest(styleVLLM, "Both 'lora_name' and 'lora_path' must be provided.")
 	}
-	if !e.load(req.LoraName, req.LoraPath, lie) {
+	inPlace := req.LoadInplace && !e.opts.NoLoadInplace
+	if !e.load(req.LoraName, req.LoraPath, inPlace, lie) {
 		return badRequest(styleVLLM, fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName))
 	}
 	return okText(fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoraName))
@@ -311,7 +321,7 @@ func (e *Engine) sglangLoad(body []byte, lie bool) reply {
 	if req.LoraName == "" || req.LoraPath == "" {
 		return badRequest(styleSGLang, "lora_name and lora_path are required")
 	}
-	if !e.load(req.LoraName, req.LoraPath, lie) {
+	if !e.load(req.LoraName, req.LoraPath, false, lie) {
 		return badRequest(styleSGLang, fmt.Sprintf("The LoRA adapter %s is already loaded", req.LoraName))
 	}
 	return sglangReply(http.StatusOK, "")
@@ -352,7 +362,7 @@ func (e *Engine) runtimeLoad(body []byte, lie bool) reply {
 	if req.LoraName == "" || req.ArtifactURL == "" {
 		return badRequest(styleVLLM, "Both 'lora_name' and 'artifact_url' must be provided.")
 	}
-	if !e.load(req.LoraName, req.ArtifactURL, lie) {
+	if !e.load(req.LoraName, req.ArtifactURL, false, lie) {
 		return badRequest(styleVLLM, fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName))
 	}
 	return okText(fmt.Sprintf("Success: LoRA adapter '%s' loaded successfully.", req.LoraName))

@@ -2,10 +2,13 @@ package adapter
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -19,52 +22,86 @@ import (
 // Inventory is what each engine pod last reported loaded (GET /v1/models). One periodic
 // poll per engine pod serves every adapter on it, so engine traffic per period is O(pods),
 // not O(adapters × pods). Adapters missing from a pod they are instances of are enqueued.
+//
+// The poll also sweeps strays: adapters this controller loaded (a ModelAdapter recorded the
+// pod in its scheduled-pods annotation) whose ModelAdapter is gone while the engine still
+// lists them — a deletion whose unloads were abandoned, or a finalizer removed by hand. Only
+// such recorded loads are ever unloaded by the sweep: adapters the engine was started with,
+// or that anyone else loaded, were never recorded.
 type Inventory struct {
 	engine   engine.Client
 	reader   client.Reader
 	period   time.Duration
 	parallel int
 	clock    clock.WithTicker
-	apiKey   func(ctx context.Context, a *v1alpha1.ModelAdapter) string
+	apiKey   func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
 	events   chan event.GenericEvent
-	// acquire and release, when set, bound each engine call with the reconciler's slots.
+	// acquire and release bound each engine call with the reconciler's slots.
 	acquire  func(ctx context.Context) error
 	release  func()
 	listings *listings
 
 	mu   sync.Mutex
 	pods map[types.NamespacedName]*podInventory
+	// recorded is, as of the last poll, which adapters recorded each pod (scheduled-pods
+	// annotation or status instances); strays are recorded loads whose adapter is gone.
+	recorded map[types.NamespacedName]map[string]bool
+	strays   map[types.NamespacedName]*strayLoads
 }
 
 type podInventory struct {
 	uid      types.UID
-	adapters map[string]bool
+	ep       engine.Endpoint   // the endpoint of the last successful listing
+	adapters map[string]string // name -> path the engine reports ("" if none)
+	// artifacts are the artifact URLs this process loaded and verified, by adapter name,
+	// kept while the engine lists the adapter.
+	artifacts map[string]string
+}
+
+// strayLoads are adapters this controller loaded on one pod that no ModelAdapter records.
+type strayLoads struct {
+	ep    engine.Endpoint // how to reach the pod (API key of the adapter that loaded them)
+	names map[string]bool
+}
+
+// inventoryHooks connect the inventory to the reconciler.
+type inventoryHooks struct {
+	apiKey  func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
+	acquire func(ctx context.Context) error
+	release func()
 }
 
 // NewInventory returns an inventory polling every period with at most parallel requests.
-func NewInventory(c engine.Client, reader client.Reader, period time.Duration, parallel int, clk clock.WithTicker) *Inventory {
+func NewInventory(c engine.Client, reader client.Reader, period time.Duration, parallel int, clk clock.WithTicker, hooks inventoryHooks) *Inventory {
 	i := &Inventory{
 		engine: c, reader: reader, period: period, parallel: max(parallel, 1), clock: clk,
-		events: make(chan event.GenericEvent, 1024),
-		pods:   map[types.NamespacedName]*podInventory{},
+		apiKey: hooks.apiKey, acquire: hooks.acquire, release: hooks.release,
+		events:   make(chan event.GenericEvent, 1024),
+		pods:     map[types.NamespacedName]*podInventory{},
+		recorded: map[types.NamespacedName]map[string]bool{},
+		strays:   map[types.NamespacedName]*strayLoads{},
 	}
 	i.listings = newListings(i.list, i.record)
 	return i
 }
 
-// Events carries the adapters to reconcile because an engine no longer lists them.
-func (i *Inventory) Events() <-chan event.GenericEvent { return i.events }
-
 // Loaded reports whether the engine of pod last listed the adapter; known is false when the
 // pod (this incarnation of it) has not been listed yet.
 func (i *Inventory) Loaded(pod *corev1.Pod, adapter string) (loaded, known bool) {
+	_, loaded, known = i.Served(pod, adapter)
+	return loaded, known
+}
+
+// Served is Loaded with the path the engine reported for the adapter ("" when none).
+func (i *Inventory) Served(pod *corev1.Pod, adapter string) (path string, loaded, known bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	p, ok := i.pods[client.ObjectKeyFromObject(pod)]
 	if !ok || p.uid != pod.UID {
-		return false, false
+		return "", false, false
 	}
-	return p.adapters[adapter], true
+	path, loaded = p.adapters[adapter]
+	return path, loaded, true
 }
 
 // PodsListing returns the names of the pods of namespace whose last listing showed the
@@ -74,7 +111,7 @@ func (i *Inventory) PodsListing(namespace, adapter string) []string {
 	defer i.mu.Unlock()
 	var out []string
 	for key, p := range i.pods {
-		if key.Namespace == namespace && p.adapters[adapter] {
+		if _, ok := p.adapters[adapter]; key.Namespace == namespace && ok {
 			out = append(out, key.Name)
 		}
 	}
@@ -91,15 +128,47 @@ func (i *Inventory) Count(pod *corev1.Pod) int {
 	return 0
 }
 
-// record stores a listing and returns the adapters that were listed before and are not now.
-func (i *Inventory) record(pod *corev1.Pod, names []string) {
-	set := make(map[string]bool, len(names))
-	for _, n := range names {
-		set[n] = true
+// record stores a successful listing of the pod made through ep.
+func (i *Inventory) record(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter) {
+	m := make(map[string]string, len(adapters))
+	for _, a := range adapters {
+		m[a.Name] = a.Path
 	}
+	key := client.ObjectKeyFromObject(pod)
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.pods[client.ObjectKeyFromObject(pod)] = &podInventory{uid: pod.UID, adapters: set}
+	artifacts := map[string]string{}
+	if old := i.pods[key]; old != nil && old.uid == pod.UID {
+		for name, artifact := range old.artifacts {
+			if _, ok := m[name]; ok {
+				artifacts[name] = artifact
+			}
+		}
+	}
+	i.pods[key] = &podInventory{uid: pod.UID, ep: ep, adapters: m, artifacts: artifacts}
+}
+
+// noteArtifact records the artifact a verified load put on the pod.
+func (i *Inventory) noteArtifact(pod *corev1.Pod, adapter, artifact string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
+		if _, listed := p.adapters[adapter]; listed {
+			p.artifacts[adapter] = artifact
+		}
+	}
+}
+
+// Artifact returns the artifact this process loaded and verified on the pod, if the engine
+// still lists the adapter.
+func (i *Inventory) Artifact(pod *corev1.Pod, adapter string) (string, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
+		artifact, ok := p.artifacts[adapter]
+		return artifact, ok
+	}
+	return "", false
 }
 
 // forgetAdapter records that the adapter was unloaded from the pod.
@@ -108,23 +177,43 @@ func (i *Inventory) forgetAdapter(pod *corev1.Pod, adapter string) {
 	defer i.mu.Unlock()
 	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
 		delete(p.adapters, adapter)
+		delete(p.artifacts, adapter)
 	}
+}
+
+// rememberStray hands the sweep an adapter that may still be loaded on the pod while its
+// ModelAdapter goes away (its unload was abandoned).
+func (i *Inventory) rememberStray(pod *corev1.Pod, ep engine.Endpoint, adapter string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.addStray(client.ObjectKeyFromObject(pod), ep, adapter)
+}
+
+// addStray records a stray load; i.mu is held.
+func (i *Inventory) addStray(key types.NamespacedName, ep engine.Endpoint, adapter string) {
+	s := i.strays[key]
+	if s == nil {
+		s = &strayLoads{ep: ep, names: map[string]bool{}}
+		i.strays[key] = s
+	}
+	if ep.Host != "" {
+		s.ep = ep
+	}
+	s.names[adapter] = true
 }
 
 // Refresh returns the adapters of one pod from a listing that starts after the call, and
 // records the answer. Callers that refresh the same pod at the same time share the listing.
-func (i *Inventory) Refresh(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint) (map[string]bool, error) {
+func (i *Inventory) Refresh(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint) (listed, error) {
 	return i.listings.get(ctx, pod, ep, i.listings.mark())
 }
 
 // list makes one engine call within an engine call slot.
-func (i *Inventory) list(ctx context.Context, ep engine.Endpoint) ([]string, error) {
-	if i.acquire != nil {
-		if err := i.acquire(ctx); err != nil {
-			return nil, err
-		}
-		defer i.release()
+func (i *Inventory) list(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error) {
+	if err := i.acquire(ctx); err != nil {
+		return nil, err
 	}
+	defer i.release()
 	return i.engine.ListAdapters(ctx, ep)
 }
 
@@ -140,65 +229,128 @@ func (i *Inventory) Start(ctx context.Context) error {
 			return nil
 		case <-ticker.C():
 		}
-		if err := i.poll(ctx); err != nil {
+		if err := i.poll(ctx); err != nil && ctx.Err() == nil {
 			log.Error(err, "Polling engine inventories")
 		}
 	}
 }
 
-// poll lists the adapters of every pod that is an instance of some adapter and enqueues the
-// adapters an engine no longer lists. Pods whose engine cannot be reached are left for the
-// adapters' own reconciles (their retries and backoff) to handle.
+// pollTarget is one pod the poll lists, and why.
+type pollTarget struct {
+	instanceOf []*v1alpha1.ModelAdapter // adapters expecting to be loaded there
+	keyOf      *v1alpha1.ModelAdapter   // an adapter recording the pod: its API key lists it
+	strays     bool                     // the pod may hold stray loads
+}
+
+// poll lists the adapters of every pod that some adapter records (as an instance or a
+// scheduled pod), enqueues the adapters an engine no longer lists on their instances, and
+// unloads stray loads. Pods whose engine cannot be
+// reached are left for the adapters' own reconciles (their retries and backoff) to handle.
 func (i *Inventory) poll(ctx context.Context) error {
 	var adapters v1alpha1.ModelAdapterList
 	if err := i.reader.List(ctx, &adapters); err != nil {
 		return err
 	}
-	expected := map[types.NamespacedName][]*v1alpha1.ModelAdapter{}
+	targets := map[types.NamespacedName]*pollTarget{}
+	target := func(key types.NamespacedName) *pollTarget {
+		if targets[key] == nil {
+			targets[key] = &pollTarget{}
+		}
+		return targets[key]
+	}
+	exists := map[types.NamespacedName]bool{}
+	recorded := map[types.NamespacedName]map[string]bool{}
 	for idx := range adapters.Items {
 		a := &adapters.Items[idx]
+		exists[client.ObjectKeyFromObject(a)] = true
+		for pod := range recordedPods(a) {
+			key := types.NamespacedName{Namespace: a.Namespace, Name: pod}
+			if recorded[key] == nil {
+				recorded[key] = map[string]bool{}
+			}
+			recorded[key][a.Name] = true
+			if t := target(key); t.keyOf == nil { // keep knowing what every recorded pod holds
+				t.keyOf = a
+			}
+		}
 		if a.DeletionTimestamp != nil {
 			continue
 		}
 		for _, pod := range a.Status.Instances {
-			key := types.NamespacedName{Namespace: a.Namespace, Name: pod}
-			expected[key] = append(expected[key], a)
+			t := target(types.NamespacedName{Namespace: a.Namespace, Name: pod})
+			t.instanceOf = append(t.instanceOf, a)
 		}
 	}
-	// Forget pods that no adapter is on any more.
+
 	i.mu.Lock()
+	// A load recorded at the last poll whose adapter is gone now was never unloaded by a
+	// finalizer (or it would not be recorded any more): it is a stray until a listing shows
+	// it is not loaded.
+	for key, names := range i.recorded {
+		for name := range names {
+			if !exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
+				ep := engine.Endpoint{}
+				if p := i.pods[key]; p != nil {
+					ep = p.ep
+				}
+				i.addStray(key, ep, name)
+			}
+		}
+	}
+	i.recorded = recorded
+	for key, s := range i.strays {
+		for name := range s.names {
+			if exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
+				delete(s.names, name) // wanted again: its ModelAdapter decides
+			}
+		}
+		if len(s.names) == 0 {
+			delete(i.strays, key)
+			continue
+		}
+		target(key).strays = true
+	}
+	// Forget pods that no adapter is on any more.
 	for key := range i.pods {
-		if _, ok := expected[key]; !ok {
+		if _, ok := targets[key]; !ok {
 			delete(i.pods, key)
 		}
 	}
 	i.mu.Unlock()
 
-	sem := make(chan struct{}, i.parallel)
+	sem := semaphore.NewWeighted(int64(i.parallel))
 	var wg sync.WaitGroup
-	for key, onPod := range expected {
+	for key, t := range targets {
 		pod := &corev1.Pod{}
-		if err := i.reader.Get(ctx, key, pod); err != nil || !podServes(pod) {
-			continue // gone or not serving: the pod watch enqueues its adapters
+		if err := i.reader.Get(ctx, key, pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				i.forgetStrays(key)
+			}
+			continue // the pod watch enqueues its adapters
 		}
-		apiKey := ""
-		if i.apiKey != nil {
-			apiKey = i.apiKey(ctx, onPod[0])
-		}
-		ep, err := engine.EndpointForPod(pod, apiKey)
-		if err != nil {
+		if !podServes(pod) {
 			continue
 		}
-		sem <- struct{}{}
+		ep, ok := i.endpoint(ctx, pod, t)
+		if !ok {
+			continue
+		}
+		if err := sem.Acquire(ctx, 1); err != nil {
+			wg.Wait()
+			return err // ctx ended
+		}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			defer sem.Release(1)
 			listed, err := i.Refresh(ctx, pod, ep)
 			if err != nil {
 				klog.FromContext(ctx).V(4).Info("Listing engine adapters failed", "pod", klog.KObj(pod), "err", err.Error())
 				return
 			}
-			for _, a := range onPod {
-				if !listed[a.Name] {
+			if t.strays {
+				i.sweep(ctx, pod, ep, listed)
+			}
+			for _, a := range t.instanceOf {
+				if !listed.has(a.Name) {
 					select {
 					case i.events <- event.GenericEvent{Object: a}:
 					case <-ctx.Done():
@@ -210,6 +362,85 @@ func (i *Inventory) poll(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// endpoint is how the poll reaches the pod: with the API key of an adapter recording it,
+// else the one that stray loads were made with. A pod it cannot address is skipped (and
+// logged): the reconciles of its adapters report why.
+func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget) (engine.Endpoint, bool) {
+	apiKey := ""
+	if t.keyOf != nil {
+		key, err := i.apiKey(ctx, t.keyOf)
+		if err != nil {
+			klog.FromContext(ctx).V(4).Info("Skipping a pod: no API key", "pod", klog.KObj(pod), "err", err.Error())
+			return engine.Endpoint{}, false
+		}
+		apiKey = key
+	} else {
+		i.mu.Lock()
+		if s := i.strays[client.ObjectKeyFromObject(pod)]; s != nil {
+			apiKey = s.ep.APIKey
+		}
+		i.mu.Unlock()
+	}
+	ep, err := engine.EndpointForPod(pod, apiKey)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Skipping a pod that cannot be addressed", "pod", klog.KObj(pod), "err", err.Error())
+		return engine.Endpoint{}, false
+	}
+	return ep, true
+}
+
+// forgetStrays drops the stray loads of a pod that is gone.
+func (i *Inventory) forgetStrays(key types.NamespacedName) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.strays, key)
+}
+
+// sweep unloads, through ep (which just listed the pod), the stray loads of a pod that its
+// listing still shows, and forgets those it does not show.
+func (i *Inventory) sweep(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, l listed) {
+	key := client.ObjectKeyFromObject(pod)
+	i.mu.Lock()
+	s := i.strays[key]
+	var names []string
+	if s != nil {
+		for name := range s.names {
+			if l.has(name) {
+				names = append(names, name)
+			} else {
+				delete(s.names, name)
+			}
+		}
+	}
+	i.mu.Unlock()
+	log := klog.FromContext(ctx)
+	slices.Sort(names)
+	for _, name := range names {
+		if err := i.unloadStray(ctx, ep, name); err != nil {
+			strayUnloads.WithLabelValues(string(engine.ReasonOf(err))).Inc()
+			log.Error(err, "Unloading a stray adapter failed", "pod", klog.KObj(pod), "adapter", name)
+			continue
+		}
+		strayUnloads.WithLabelValues("success").Inc()
+		log.Info("Unloaded a stray adapter: loaded by this controller, wanted by no ModelAdapter", "pod", klog.KObj(pod), "adapter", name)
+		i.forgetAdapter(pod, name)
+		i.mu.Lock()
+		delete(s.names, name)
+		if len(s.names) == 0 {
+			delete(i.strays, key)
+		}
+		i.mu.Unlock()
+	}
+}
+
+func (i *Inventory) unloadStray(ctx context.Context, ep engine.Endpoint, name string) error {
+	if err := i.acquire(ctx); err != nil {
+		return err
+	}
+	defer i.release()
+	return i.engine.Unload(ctx, ep, name)
 }
 
 // podServes reports whether a pod can take adapters: Ready, not terminating, with an IP.

@@ -9,17 +9,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
 )
 
+func adapters(names ...string) []engine.Adapter {
+	out := make([]engine.Adapter, len(names))
+	for i, n := range names {
+		out[i] = engine.Adapter{Name: n, Path: "org/" + n}
+	}
+	return out
+}
+
 func TestInventoryPodsListing(t *testing.T) {
-	inv := NewInventory(nil, nil, time.Minute, 1, clock.RealClock{})
+	inv := NewInventory(nil, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{})
 	pod := func(ns, name string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}}
 	}
-	inv.record(pod("a", "p0"), []string{"lora", "other"})
-	inv.record(pod("a", "p1"), []string{"other"})
-	inv.record(pod("a", "p2"), []string{"lora"})
-	inv.record(pod("b", "p3"), []string{"lora"})
+	inv.record(pod("a", "p0"), engine.Endpoint{}, adapters("lora", "other"))
+	inv.record(pod("a", "p1"), engine.Endpoint{}, adapters("other"))
+	inv.record(pod("a", "p2"), engine.Endpoint{}, adapters("lora"))
+	inv.record(pod("b", "p3"), engine.Endpoint{}, adapters("lora"))
 	inv.forgetAdapter(pod("a", "p2"), "lora")
 
 	tests := map[string]struct {

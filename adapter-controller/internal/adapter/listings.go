@@ -27,8 +27,8 @@ import (
 // waits: the call takes one slot for its own duration.
 type listings struct {
 	// list makes one engine call; record stores a successful answer.
-	list   func(ctx context.Context, ep engine.Endpoint) ([]string, error)
-	record func(pod *corev1.Pod, names []string)
+	list   func(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error)
+	record func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter)
 
 	mu   sync.Mutex
 	seq  uint64 // listings started so far, all pods together
@@ -57,11 +57,20 @@ type listing struct {
 	dropped bool // every waiter left: the call is being cancelled and nobody may join
 
 	done  chan struct{} // closed when names and err are set
-	names map[string]bool
+	names listed
 	err   error
 }
 
-func newListings(list func(context.Context, engine.Endpoint) ([]string, error), record func(*corev1.Pod, []string)) *listings {
+// listed is one listing's answer: the path of each adapter listed, by name ("" when the
+// engine reports none).
+type listed map[string]string
+
+func (l listed) has(name string) bool {
+	_, ok := l[name]
+	return ok
+}
+
+func newListings(list func(context.Context, engine.Endpoint) ([]engine.Adapter, error), record func(*corev1.Pod, engine.Endpoint, []engine.Adapter)) *listings {
 	return &listings{list: list, record: record, pods: map[listingKey]*podListings{}}
 }
 
@@ -75,7 +84,7 @@ func (l *listings) mark() uint64 {
 
 // get returns the adapters the engine of pod lists in a listing that started after the
 // point after (from mark). It returns ctx.Err() when ctx ends first.
-func (l *listings) get(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, after uint64) (map[string]bool, error) {
+func (l *listings) get(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, after uint64) (listed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -130,13 +139,13 @@ func (l *listings) start(key listingKey, pod *corev1.Pod, ls *listing) {
 	ls.cancel = cancel
 	go func() {
 		defer cancel()
-		names, err := l.list(ctx, key.ep)
-		var set map[string]bool
+		adapters, err := l.list(ctx, key.ep)
+		var set listed
 		if err == nil {
-			l.record(pod, names)
-			set = make(map[string]bool, len(names))
-			for _, n := range names {
-				set[n] = true
+			l.record(pod, key.ep, adapters)
+			set = make(listed, len(adapters))
+			for _, a := range adapters {
+				set[a.Name] = a.Path
 			}
 		}
 		l.mu.Lock()

@@ -75,7 +75,7 @@ func (f *fakeEngine) Load(_ context.Context, ep engine.Endpoint, req engine.Load
 
 func (f *fakeEngine) Unload(context.Context, engine.Endpoint, string) error { return nil }
 
-func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]string, error) {
+func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error) {
 	f.enter()
 	defer f.exit()
 	f.mu.Lock()
@@ -105,7 +105,11 @@ func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]st
 		return nil, f.listErr
 	}
 	slices.Sort(names)
-	return names, nil
+	out := make([]engine.Adapter, len(names))
+	for i, n := range names {
+		out[i] = engine.Adapter{Name: n}
+	}
+	return out, nil
 }
 
 func (f *fakeEngine) count(n *int) int {
@@ -134,7 +138,7 @@ func endpointFor(pod *corev1.Pod, apiKey string) engine.Endpoint {
 
 // result is what one get returned.
 type result struct {
-	names map[string]bool
+	names listed
 	err   error
 }
 
@@ -189,7 +193,9 @@ func receive(t *testing.T, what string, ch <-chan result) result {
 }
 
 func newTestInventory(f *fakeEngine) *Inventory {
-	return NewInventory(f, nil, time.Minute, 1, clock.RealClock{})
+	return NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{
+		acquire: func(context.Context) error { return nil }, release: func() {},
+	})
 }
 
 func TestListingsShareConcurrentCallers(t *testing.T) {
@@ -210,7 +216,7 @@ func TestListingsShareConcurrentCallers(t *testing.T) {
 	f.hold <- struct{}{}
 	for i, ch := range results {
 		r := receive(t, fmt.Sprintf("caller %d", i), ch)
-		if r.err != nil || !r.names["a"] {
+		if r.err != nil || !r.names.has("a") {
 			t.Errorf("Caller %d got %v, %v; want a listing with a", i, r.names, r.err)
 		}
 	}
@@ -244,13 +250,13 @@ func TestListingsLateCallerWaitsForTheNextListing(t *testing.T) {
 		t.Errorf("%d listings in flight with one pending, want 1", n)
 	}
 	f.hold <- struct{}{}
-	if r := receive(t, "the first caller", first); r.err != nil || r.names["late"] {
+	if r := receive(t, "the first caller", first); r.err != nil || r.names.has("late") {
 		t.Errorf("First caller got %v, %v; want the listing from before the late load", r.names, r.err)
 	}
 	<-f.listStarted
 	f.hold <- struct{}{}
 	for i, ch := range []<-chan result{late1, late2} {
-		if r := receive(t, "a late caller", ch); r.err != nil || !r.names["late"] {
+		if r := receive(t, "a late caller", ch); r.err != nil || !r.names.has("late") {
 			t.Errorf("Late caller %d got %v, %v; want a listing with late", i, r.names, r.err)
 		}
 	}
@@ -457,7 +463,7 @@ func TestListingsVerifyEveryLoad(t *testing.T) {
 			switch {
 			case err != nil && ctx.Err() == nil:
 				errs <- fmt.Errorf("verifying %s: %w", name, err)
-			case err == nil && !listed[name]:
+			case err == nil && !listed.has(name):
 				errs <- fmt.Errorf("the listing verifying %s does not show it", name)
 			}
 		})
@@ -485,8 +491,7 @@ func TestListingsVerifyEveryLoad(t *testing.T) {
 func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 	newReconciler := func(f *fakeEngine, slots int) *Reconciler {
 		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: make(chan struct{}, slots)}
-		r.inventory = newTestInventory(f)
-		r.inventory.acquire, r.inventory.release = r.acquire, r.release
+		r.inventory = NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{acquire: r.acquire, release: r.release})
 		return r
 	}
 	pods := []*corev1.Pod{fakePod("p0", "127.0.40.1"), fakePod("p1", "127.0.40.2")}
@@ -505,7 +510,7 @@ func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 				Spec: v1alpha1.ModelAdapterSpec{ArtifactURL: "hf://org/repo"}}
 			for _, pod := range pods {
 				wg.Go(func() {
-					if err := r.load(ctx, a, pod, newPass(a)); err != nil {
+					if err := r.load(ctx, a, pod, newPass(a), false); err != nil {
 						errs <- fmt.Errorf("loading %s on %s: %w", a.Name, pod.Name, err)
 					}
 				})
@@ -532,7 +537,7 @@ func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 		r := newReconciler(f, 4)
 		a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
 			Spec: v1alpha1.ModelAdapterSpec{ArtifactURL: "hf://org/repo"}}
-		err := r.load(t.Context(), a, pods[0], newPass(a))
+		err := r.load(t.Context(), a, pods[0], newPass(a), false)
 		if engine.ReasonOf(err) != ReasonNotVerified {
 			t.Errorf("load() = %v, want reason %s", err, ReasonNotVerified)
 		}

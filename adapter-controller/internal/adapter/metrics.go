@@ -30,12 +30,26 @@ var (
 		Name: "modelplane_engine_requests_total",
 		Help: "HTTP requests to inference engines, by engine, operation and HTTP status or transport failure.",
 	}, []string{"engine", "op", "code"})
+	reloadsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "modelplane_adapter_reloads_total",
+		Help: "Reloads of an adapter whose artifactURL changed, on one engine pod each, by engine, method (inplace, unload-load) and result (success, error reason).",
+	}, []string{"engine", "method", "result"})
+	strayUnloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "modelplane_adapter_stray_unloads_total",
+		Help: "Unloads by the inventory sweep of adapters this controller loaded whose ModelAdapter is gone, by result (success, error reason).",
+	}, []string{"result"})
 	listRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "modelplane_adapter_inventory_list_requests_total",
 		Help: "Requests for the adapters of an engine pod (load verifications and inventory polls), by whether they started a GET /v1/models call (started) or shared one (shared).",
 	}, []string{"call"})
 	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("modelplane_adapters",
 		"ModelAdapters by status phase, counted from the informer cache at scrape time.", []string{"phase"}, nil)}
+)
+
+// Values of the method label of reloadsTotal.
+const (
+	reloadInPlace    = "inplace"
+	reloadUnloadLoad = "unload-load"
 )
 
 // Values of the call label of listRequests.
@@ -49,7 +63,7 @@ var registerOnce sync.Once
 // RegisterMetrics registers the adapter metrics on controller-runtime's registry.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, engineRequests, listRequests, adaptersByPhase)
+		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, listRequests, adaptersByPhase)
 	})
 }
 

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -137,12 +136,13 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		deletions: newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
 		slots:     make(chan struct{}, opts.MaxParallelEngineCalls),
 	}
-	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk)
-	r.inventory.apiKey = func(ctx context.Context, a *v1alpha1.ModelAdapter) string {
-		key, _, _ := r.credentials(ctx, a)
-		return key
-	}
-	r.inventory.acquire, r.inventory.release = r.acquire, r.release
+	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk, inventoryHooks{
+		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
+			key, _, err := r.credentials(ctx, a)
+			return key, err
+		},
+		acquire: r.acquire, release: r.release,
+	})
 	RegisterMetrics()
 	adaptersByPhase.setReader(c)
 	return r, nil
@@ -183,18 +183,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !a.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, a)
 	}
-	if !controllerutil.ContainsFinalizer(a, Finalizer) {
-		patch := client.MergeFrom(a.DeepCopy())
-		controllerutil.AddFinalizer(a, Finalizer)
-		if err := r.client.Patch(ctx, a, patch); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
-	}
 
 	p := newPass(a)
 	r.resolveSpec(ctx, p)
 	r.choosePods(ctx, p)
+	// Before any engine call: the finalizer, and every pod a load may be sent to, recorded
+	// on the adapter, so that whenever the process dies every pod that may hold the adapter
+	// is known.
+	if err := r.recordPods(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
 	r.syncEngines(ctx, p)
+	if err := r.forgetUnloadedPods(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.syncResources(ctx, p); err != nil {
 		p.resourceErr = err
 	}
@@ -207,8 +209,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return p.result(), nil
 }
 
-// podToAdapters maps a pod to the adapters in its namespace that select it or list it as
-// an instance (so a pod that stops matching is unloaded).
+// podToAdapters maps a pod to the adapters in its namespace that select it or record it (as
+// an instance or a scheduled pod), so that a pod that stops matching is unloaded.
 func (r *Reconciler) podToAdapters(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list v1alpha1.ModelAdapterList
 	if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
@@ -219,7 +221,7 @@ func (r *Reconciler) podToAdapters(ctx context.Context, obj client.Object) []rec
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		a := &list.Items[i]
-		if selectsPod(a, podLabels) || containsString(a.Status.Instances, obj.GetName()) {
+		if selectsPod(a, podLabels) || recordedPods(a)[obj.GetName()] {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(a)})
 		}
 	}
@@ -245,13 +247,4 @@ func podServingChanged() predicate.Predicate {
 				!labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
 		},
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -41,6 +41,11 @@ const (
 	ReasonUnloaded            = "Unloaded"
 	ReasonUnloadFailed        = "UnloadFailed"
 	ReasonUnloadAbandoned     = "UnloadAbandoned"
+	ReasonReloaded            = "Reloaded"
+	ReasonReloadFailed        = "ReloadFailed"
+	ReasonUpToDate            = "UpToDate"
+	ReasonRolling             = "Rolling"
+	ReasonRolloutFailed       = "RolloutFailed"
 )
 
 func intOrPort(p int32) intstr.IntOrString { return intstr.FromInt32(p) }
@@ -73,10 +78,13 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 	st.DesiredReplicas = int32(len(p.desired))
 	st.ReadyReplicas = int32(len(p.instances))
 	st.Instances = nil
+	st.InstanceArtifacts = nil
 	for _, pod := range p.instances {
 		st.Instances = append(st.Instances, pod.Name)
+		st.InstanceArtifacts = append(st.InstanceArtifacts, v1alpha1.InstanceArtifact{Pod: pod.Name, ArtifactURL: p.artifacts[pod.Name]})
 	}
 	slices.Sort(st.Instances)
+	slices.SortFunc(st.InstanceArtifacts, func(x, y v1alpha1.InstanceArtifact) int { return cmp.Compare(x.Pod, y.Pod) })
 
 	switch {
 	case len(p.desired) == 0:
@@ -109,12 +117,28 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 		set(v1alpha1.ConditionResourceCreated, false, p.resourceReason, p.resourceMsg)
 	}
 
-	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && p.resourcesReady
+	ro := &p.rollout
+	switch {
+	case len(ro.failed) > 0:
+		set(v1alpha1.ConditionUpToDate, false, ReasonRolloutFailed, fmt.Sprintf(
+			"Loading %s failed on %s; %d other instances keep serving the earlier artifact: %v",
+			a.Spec.ArtifactURL, strings.Join(ro.failed, ", "), len(ro.outdated)+btoi(ro.parked != ""), ro.err))
+	case ro.pending():
+		set(v1alpha1.ConditionUpToDate, false, ReasonRolling, fmt.Sprintf(
+			"Rolling out %s one pod at a time: %d of %d instances serve it; reloading %s next",
+			a.Spec.ArtifactURL, len(p.instances)-len(ro.outdated), len(p.desired), ro.parked))
+	default:
+		set(v1alpha1.ConditionUpToDate, true, ReasonUpToDate, fmt.Sprintf("Every instance serves %s", a.Spec.ArtifactURL))
+	}
+
+	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && p.resourcesReady && !ro.pending()
 	switch {
 	case ready:
 		set(v1alpha1.ConditionReady, true, ReasonReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
 	case len(p.failures) > 0:
 		set(v1alpha1.ConditionReady, false, failReason(p), failMsg)
+	case ro.pending():
+		set(v1alpha1.ConditionReady, false, ReasonRolling, fmt.Sprintf("Rolling out %s", a.Spec.ArtifactURL))
 	case len(p.desired) == 0:
 		set(v1alpha1.ConditionReady, false, ReasonNoCandidates, "No pod to load the adapter on")
 	default:
@@ -136,6 +160,13 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 		st.Phase = v1alpha1.ModelAdapterPending
 	}
 	return st
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // failReason is the classified reason of the most frequent failure of this pass.

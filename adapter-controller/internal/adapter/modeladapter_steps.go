@@ -41,10 +41,16 @@ type pass struct {
 	policy        string
 	unknownPolicy bool
 
+	// recordPods: the pods of the scheduled-pods annotation (updated when it is written)
+	scheduled map[string]bool
+
 	// syncEngines
 	instances   []*corev1.Pod       // desired pods with the adapter loaded and verified
+	artifacts   map[string]string   // instance -> the artifact URL it serves
 	failures    map[string]podError // pod -> last error of this pass or its backoff
 	failedHard  bool                // some pod reached the retry limit
+	notHolding  []string            // scheduled pods that provably do not hold the adapter
+	rollout     rollout
 	requeueIn   time.Duration
 	resourceErr error
 
@@ -59,8 +65,21 @@ type podError struct {
 	failures int
 }
 
+// rollout is the state of a changed artifactURL being rolled out, one pod at a time.
+type rollout struct {
+	outdated []string // instances still serving an earlier artifact
+	parked   string   // the instance taken out of the EndpointSlice in this pass, to reload next
+	failed   []string // pods whose reload failed (out of the EndpointSlice, retried with backoff)
+	err      error    // the last reload failure
+}
+
+// pending reports whether some pod does not serve the current artifact yet.
+func (ro *rollout) pending() bool {
+	return len(ro.outdated) > 0 || ro.parked != "" || len(ro.failed) > 0
+}
+
 func newPass(a *v1alpha1.ModelAdapter) *pass {
-	return &pass{adapter: a, failures: map[string]podError{}}
+	return &pass{adapter: a, failures: map[string]podError{}, artifacts: map[string]string{}, scheduled: scheduledPods(a)}
 }
 
 func (p *pass) requeueAfter(d time.Duration) {
@@ -158,7 +177,7 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) {
 
 	current := map[string]bool{}
 	for _, pod := range p.candidates {
-		if r.isLoaded(pod, a) {
+		if r.verified(pod, a) {
 			current[pod.Name] = true
 		}
 	}
@@ -175,46 +194,187 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) {
 	}, string(a.UID))
 }
 
-// isLoaded reports whether the adapter is on the pod: the engine's last listing when there
-// is one for this pod, else the adapter's own status (verified when it was written).
-func (r *Reconciler) isLoaded(pod *corev1.Pod, a *v1alpha1.ModelAdapter) bool {
+// scheduledPods returns the pods of the adapter's scheduled-pods annotation.
+func scheduledPods(a *v1alpha1.ModelAdapter) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range strings.Split(a.Annotations[v1alpha1.ScheduledPodsAnnotation], ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// recordedPods returns every pod the adapter records as possibly holding it: the
+// scheduled-pods annotation and the status instances.
+func recordedPods(a *v1alpha1.ModelAdapter) map[string]bool {
+	out := scheduledPods(a)
+	for _, name := range a.Status.Instances {
+		out[name] = true
+	}
+	return out
+}
+
+// verified reports whether the adapter is loaded on the pod: the engine's last listing when
+// there is one for this pod, else the adapter's own status (verified when it was written).
+func (r *Reconciler) verified(pod *corev1.Pod, a *v1alpha1.ModelAdapter) bool {
 	if loaded, known := r.inventory.Loaded(pod, a.Name); known {
 		return loaded
 	}
-	return containsString(a.Status.Instances, pod.Name)
+	return slices.Contains(a.Status.Instances, pod.Name)
 }
 
-// holders returns the live pods (with an IP, not terminating) that hold the adapter as far
-// as isLoaded knows: those whose last inventory listing shows it, and the status instances
+// mayHold reports whether the adapter may be loaded on the pod: the engine's last listing
+// when there is one, else whether the adapter records the pod (as an instance, or as a pod
+// a load may have been sent to before a crash).
+func (r *Reconciler) mayHold(pod *corev1.Pod, a *v1alpha1.ModelAdapter, scheduled map[string]bool) bool {
+	if loaded, known := r.inventory.Loaded(pod, a.Name); known {
+		return loaded
+	}
+	return scheduled[pod.Name] || slices.Contains(a.Status.Instances, pod.Name)
+}
+
+// holders returns the live pods (with an IP, not terminating) that may hold the adapter:
+// those whose last inventory listing shows it, the status instances and the scheduled pods
 // not listed yet. Only these pods are read from the cache, not every pod of the namespace:
-// listing (and deep-copying) the whole namespace per reconcile took more than half of the
-// controller's CPU with 2 000 pods in it (make bench, pprof).
-func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter) ([]*corev1.Pod, error) {
-	names := map[string]bool{}
+// listing (and deep-copying) the whole namespace per reconcile is the controller's largest
+// CPU cost at scale (docs/performance.md). It also returns the scheduled pods that provably
+// do not hold the adapter: gone, or listed without it.
+func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, scheduled map[string]bool) (holding []*corev1.Pod, notHolding []string, err error) {
+	names := maps.Clone(scheduled)
 	for _, n := range a.Status.Instances {
 		names[n] = true
 	}
 	for _, n := range r.inventory.PodsListing(a.Namespace, a.Name) {
 		names[n] = true
 	}
-	var out []*corev1.Pod
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		pod := &corev1.Pod{}
 		if err := r.client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, pod); err != nil {
 			if apierrors.IsNotFound(err) {
+				notHolding = append(notHolding, name)
 				continue
 			}
-			return nil, fmt.Errorf("reading pod %s: %w", name, err)
+			return nil, nil, fmt.Errorf("reading pod %s: %w", name, err)
 		}
-		if pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && r.isLoaded(pod, a) {
-			out = append(out, pod)
+		switch {
+		case !r.mayHold(pod, a, scheduled):
+			notHolding = append(notHolding, name)
+		case pod.Status.PodIP != "" && pod.DeletionTimestamp == nil:
+			holding = append(holding, pod)
 		}
 	}
-	return out, nil
+	return holding, notHolding, nil
 }
 
-// syncEngines loads the adapter where it should be and is not, and unloads it where it is
-// and should not be, in parallel within the global bound, honouring the per-pod backoff.
+// recordPods adds the finalizer and every desired pod to the scheduled-pods annotation
+// before any engine call, in one write, and only when something is missing. The first
+// reconcile of an adapter writes both at once, so recording costs no extra API write.
+func (r *Reconciler) recordPods(ctx context.Context, p *pass) error {
+	want := maps.Clone(p.scheduled)
+	for _, pod := range p.desired {
+		want[pod.Name] = true
+	}
+	if controllerutil.ContainsFinalizer(p.adapter, Finalizer) && len(want) == len(p.scheduled) {
+		return nil
+	}
+	if err := r.writeScheduled(ctx, p, want); err != nil {
+		return fmt.Errorf("recording the pods to load on: %w", err)
+	}
+	return nil
+}
+
+// forgetUnloadedPods removes from the annotation the scheduled pods that are not desired and
+// provably do not hold the adapter (unloaded, listed without it, or gone).
+func (r *Reconciler) forgetUnloadedPods(ctx context.Context, p *pass) error {
+	want := maps.Clone(p.scheduled)
+	for _, name := range p.notHolding {
+		delete(want, name)
+	}
+	for _, pod := range p.desired {
+		want[pod.Name] = true
+	}
+	if maps.Equal(want, p.scheduled) {
+		return nil
+	}
+	if err := r.writeScheduled(ctx, p, want); err != nil {
+		return fmt.Errorf("forgetting unloaded pods: %w", err)
+	}
+	return nil
+}
+
+// writeScheduled writes the finalizer and the scheduled-pods annotation. The write is
+// guarded by the resourceVersion read, so that an annotation read from a stale cache never
+// overwrites a newer record; a conflict retries the reconcile.
+func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[string]bool) error {
+	a := p.adapter
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(a, Finalizer)
+	if len(pods) == 0 {
+		delete(a.Annotations, v1alpha1.ScheduledPodsAnnotation)
+	} else {
+		if a.Annotations == nil {
+			a.Annotations = map[string]string{}
+		}
+		a.Annotations[v1alpha1.ScheduledPodsAnnotation] = strings.Join(slices.Sorted(maps.Keys(pods)), ",")
+	}
+	if err := r.client.Patch(ctx, a, patch); err != nil {
+		return err
+	}
+	p.scheduled = pods
+	return nil
+}
+
+// servedArtifact tells which artifact the adapter on pod (loaded and verified) serves, and
+// whether it is spec.artifactURL. What this process loaded and verified there (while the
+// engine still lists it) is known from memory. Otherwise vLLM and SGLang list the lora_path they loaded, which is
+// compared with the path spec.artifactURL resolves to; behind the runtime sidecar (and for
+// engines that report no path) the artifact recorded in the status when the load was
+// verified is compared. An instance without a record (loaded before artifacts were recorded)
+// is taken as current; any other pod without one is reloaded.
+func (r *Reconciler) servedArtifact(pod *corev1.Pod, a *v1alpha1.ModelAdapter) (artifact string, current bool) {
+	want := a.Spec.ArtifactURL
+	recorded := ""
+	for _, ia := range a.Status.InstanceArtifacts {
+		if ia.Pod == pod.Name {
+			recorded = ia.ArtifactURL
+		}
+	}
+	if artifact, ok := r.inventory.Artifact(pod, a.Name); ok {
+		return artifact, artifact == want
+	}
+	if ep, err := engine.EndpointForPod(pod, ""); err == nil && engine.ListsLoadPath(ep.Kind) {
+		if path, loaded, known := r.inventory.Served(pod, a.Name); known && loaded && path != "" {
+			if wantPath, err := engine.ResolveArtifact(ep.Kind, want); err == nil && wantPath == path {
+				return want, true
+			}
+			if old, err := engine.ResolveArtifact(ep.Kind, recorded); recorded != "" && err == nil && old == path {
+				return recorded, false
+			}
+			return path, false
+		}
+	}
+	switch {
+	case recorded == want:
+		return want, true
+	case recorded != "":
+		return recorded, false
+	case slices.Contains(a.Status.Instances, pod.Name):
+		return want, true // an instance from before artifacts were recorded
+	default:
+		return "", false // unknown (e.g. taken out for its reload): load it again
+	}
+}
+
+// syncEngines loads the adapter where it should be and is not, reloads it where it serves
+// an earlier artifact, and unloads it where it may be and should not be, in parallel within
+// the global bound, honouring the per-pod backoff.
+//
+// A changed artifactURL is rolled out one pod at a time, so that the adapter stays served:
+// an outdated instance first leaves the EndpointSlice (it is "parked" in one pass, whose
+// EndpointSlice write drops it), and is reloaded in the next pass, which also parks the
+// next one. A failed reload stops the rollout: the other pods keep serving the earlier
+// artifact while the failed one is retried with backoff.
 func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 	if p.specErr != nil {
 		return
@@ -225,16 +385,20 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		desired[pod.Name] = true
 	}
 
-	// Pods that hold the adapter but should not.
-	holders, err := r.holders(ctx, a)
+	holding, notHolding, err := r.holders(ctx, a, p.scheduled)
 	if err != nil {
 		p.specErr, p.specReason = err, ReasonInternalError
 		return
 	}
 	var toUnload []*corev1.Pod
-	for _, pod := range holders {
+	for _, pod := range holding {
 		if !desired[pod.Name] {
 			toUnload = append(toUnload, pod)
+		}
+	}
+	for _, name := range notHolding {
+		if !desired[name] {
+			p.notHolding = append(p.notHolding, name)
 		}
 	}
 
@@ -242,37 +406,67 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	loaded := map[string]bool{}
-	var newlyLoaded []string
+	serving := map[string]bool{} // in the EndpointSlice, as of the last pass
+	for _, name := range a.Status.Instances {
+		serving[name] = true
+	}
+	var newlyLoaded, reloaded []string
+	var outdated []*corev1.Pod
 	for _, pod := range p.desired {
-		if r.isLoaded(pod, a) {
-			loaded[pod.Name] = true
-			continue
+		replace := false
+		if r.verified(pod, a) {
+			artifact, current := r.servedArtifact(pod, a)
+			switch {
+			case current:
+				p.artifacts[pod.Name] = artifact
+				continue
+			case serving[pod.Name]:
+				// Serves an earlier artifact and is in the EndpointSlice: it keeps serving
+				// until its turn.
+				p.artifacts[pod.Name] = artifact
+				outdated = append(outdated, pod)
+				continue
+			}
+			replace = true // out of the EndpointSlice: reload now
 		}
 		k := backoffKey{a.Namespace, a.Name, pod.Name, "load"}
 		if wait, n, lastErr := r.backoff.wait(k, r.clock.Now()); wait > 0 {
 			p.failures[pod.Name] = podError{err: lastErr, failures: n}
 			p.failedHard = p.failedHard || n >= r.opts.RetryLimit
 			p.requeueAfter(wait)
+			if replace {
+				p.rollout.failed = append(p.rollout.failed, pod.Name)
+				p.rollout.err = lastErr
+			}
 			continue
 		}
 		wg.Go(func() {
-			err := r.load(ctx, a, pod, p)
+			err := r.load(ctx, a, pod, p, replace)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
 				r.backoff.succeeded(k)
-				loaded[pod.Name] = true
-				newlyLoaded = append(newlyLoaded, pod.Name)
+				p.artifacts[pod.Name] = a.Spec.ArtifactURL
+				if replace {
+					reloaded = append(reloaded, pod.Name)
+				} else {
+					newlyLoaded = append(newlyLoaded, pod.Name)
+				}
 				return
 			}
 			n, wait := r.backoff.failed(k, r.clock.Now(), err)
 			p.failures[pod.Name] = podError{err: err, failures: n}
 			p.failedHard = p.failedHard || n >= r.opts.RetryLimit
 			p.requeueAfter(wait)
+			reason := ReasonLoadFailed
+			if replace {
+				reason = ReasonReloadFailed
+				p.rollout.failed = append(p.rollout.failed, pod.Name)
+				p.rollout.err = err
+			}
 			if n == 1 || n == r.opts.RetryLimit {
-				r.recorder.Eventf(a, pod, corev1.EventTypeWarning, ReasonLoadFailed, "Load",
-					"Loading on pod %s failed (attempt %d): %v", pod.Name, n, err)
+				r.recorder.Eventf(a, pod, corev1.EventTypeWarning, reason, "Load",
+					"Loading %s on pod %s failed (attempt %d): %v", a.Spec.ArtifactURL, pod.Name, n, err)
 			}
 		})
 	}
@@ -288,6 +482,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			defer mu.Unlock()
 			if err == nil {
 				r.backoff.succeeded(k)
+				p.notHolding = append(p.notHolding, pod.Name)
 				return
 			}
 			_, wait := r.backoff.failed(k, r.clock.Now(), err)
@@ -295,8 +490,21 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		})
 	}
 	wg.Wait()
+
+	// The next outdated instance leaves the EndpointSlice, unless a reload is failing.
+	slices.SortFunc(outdated, func(x, y *corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
+	for _, pod := range outdated {
+		p.rollout.outdated = append(p.rollout.outdated, pod.Name)
+	}
+	if len(p.rollout.failed) == 0 && len(outdated) > 0 {
+		p.rollout.parked = outdated[0].Name
+		klog.FromContext(ctx).V(2).Info("Taking an outdated instance out of the EndpointSlice to reload it", "pod", klog.KObj(outdated[0]), "artifact", a.Spec.ArtifactURL)
+		p.rollout.outdated = p.rollout.outdated[1:]
+		delete(p.artifacts, p.rollout.parked)
+		p.requeueAfter(time.Second) // the status write enqueues it sooner; this is the bound
+	}
 	for _, pod := range p.desired {
-		if loaded[pod.Name] {
+		if _, ok := p.artifacts[pod.Name]; ok {
 			p.instances = append(p.instances, pod)
 		}
 	}
@@ -305,6 +513,11 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		slices.Sort(newlyLoaded)
 		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonLoaded, "Load", "Loaded and verified on %d pods: %s",
 			len(newlyLoaded), summarize(newlyLoaded, 10))
+	}
+	if len(reloaded) > 0 {
+		slices.Sort(reloaded)
+		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonReloaded, "Load", "Reloaded %s and verified on %d pods: %s",
+			a.Spec.ArtifactURL, len(reloaded), summarize(reloaded, 10))
 	}
 }
 
@@ -328,45 +541,99 @@ func (r *Reconciler) acquire(ctx context.Context) error {
 
 func (r *Reconciler) release() { <-r.slots }
 
-// load loads the adapter on one pod and verifies that the engine lists it. The load holds
-// an engine call slot; the verification waits without one for a listing of the pod that
-// starts after the load returned, shared with the other loads onto the pod meanwhile (the
-// listing takes a slot of its own).
-func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, p *pass) error {
+// load loads the adapter on one pod and verifies that the engine lists it. With replace, an
+// earlier artifact is loaded there: vLLM replaces it in place (load_inplace); other engines,
+// and vLLM versions without load_inplace, unload it first. The verification then also
+// checks the path the engine lists, where it lists one.
+//
+// Each engine call holds an engine call slot; the verification waits without one for a
+// listing of the pod that starts after the load returned, shared with the other loads onto
+// the pod meanwhile (the listing takes a slot of its own).
+func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, p *pass, replace bool) error {
 	ep, err := engine.EndpointForPod(pod, p.apiKey)
 	if err != nil {
 		return err
 	}
-	if _, err := engine.ResolveArtifact(ep.Kind, a.Spec.ArtifactURL); err != nil {
-		loadsTotal.WithLabelValues(string(ep.Kind), string(engine.ReasonOf(err))).Inc()
-		return err
-	}
-	if err := r.acquire(ctx); err != nil {
-		return err
-	}
-	start := r.clock.Now()
-	err = func() error {
-		defer r.release()
-		return r.engine.Load(ctx, ep, engine.LoadRequest{
-			Name: a.Name, ArtifactURL: a.Spec.ArtifactURL,
-			Credentials: p.credentials, AdditionalConfig: engineConfig(a.Spec.AdditionalConfig),
-		})
-	}()
-	loadedAt := r.inventory.listings.mark() // listings after this one may show the adapter
-	if err == nil {
-		var listed map[string]bool
-		if listed, err = r.inventory.listings.get(ctx, pod, ep, loadedAt); err == nil && !listed[a.Name] {
-			err = &engine.Error{Reason: ReasonNotVerified, Engine: ep.Kind, Op: engine.OpList, Retryable: true,
-				Message: "the engine answered the load with success but does not list the adapter"}
-		}
-	}
-	loadDuration.Observe(r.clock.Since(start).Seconds())
+	wantPath, err := engine.ResolveArtifact(ep.Kind, a.Spec.ArtifactURL)
 	if err != nil {
 		loadsTotal.WithLabelValues(string(ep.Kind), string(engine.ReasonOf(err))).Inc()
+		if replace {
+			reloadsTotal.WithLabelValues(string(ep.Kind), reloadUnloadLoad, string(engine.ReasonOf(err))).Inc()
+		}
 		return err
 	}
-	loadsTotal.WithLabelValues(string(ep.Kind), "success").Inc()
-	klog.FromContext(ctx).V(2).Info("Loaded adapter", "pod", klog.KObj(pod))
+	req := engine.LoadRequest{
+		Name: a.Name, ArtifactURL: a.Spec.ArtifactURL,
+		Credentials: p.credentials, AdditionalConfig: engineConfig(a.Spec.AdditionalConfig),
+	}
+	call := func(f func() error) error {
+		if err := r.acquire(ctx); err != nil {
+			return err
+		}
+		defer r.release()
+		return f()
+	}
+	start := r.clock.Now()
+	method := ""
+	if replace {
+		method = reloadUnloadLoad
+		if ep.Kind == "" || ep.Kind == engine.KindVLLM {
+			method = reloadInPlace
+			inPlace := req
+			inPlace.Replace = true
+			err = call(func() error { return r.engine.Load(ctx, ep, inPlace) })
+			if engine.ReasonOf(err) == engine.ReasonReloadUnsupported {
+				method, err = reloadUnloadLoad, nil
+			}
+		}
+		if method == reloadUnloadLoad {
+			err = call(func() error { return r.engine.Unload(ctx, ep, a.Name) })
+			if err == nil {
+				r.inventory.forgetAdapter(pod, a.Name)
+			}
+		}
+	}
+	if err == nil && method != reloadInPlace {
+		err = call(func() error { return r.engine.Load(ctx, ep, req) })
+	}
+	loadedAt := r.inventory.listings.mark() // listings after this one may show the adapter
+	if err == nil {
+		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
+	}
+	loadDuration.Observe(r.clock.Since(start).Seconds())
+	result := "success"
+	if err != nil {
+		result = string(engine.ReasonOf(err))
+	}
+	loadsTotal.WithLabelValues(string(ep.Kind), result).Inc()
+	if replace {
+		reloadsTotal.WithLabelValues(string(ep.Kind), method, result).Inc()
+	}
+	if err != nil {
+		return err
+	}
+	r.inventory.noteArtifact(pod, a.Name, a.Spec.ArtifactURL)
+	klog.FromContext(ctx).V(2).Info("Loaded adapter", "pod", klog.KObj(pod), "artifact", a.Spec.ArtifactURL, "reload", replace)
+	return nil
+}
+
+// verify waits for a listing of the pod that started after the load (loadedAt) and checks
+// that it shows the adapter, and after a reload that it shows it from wantPath (where the
+// engine lists load paths).
+func (r *Reconciler) verify(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, loadedAt uint64, replace bool, wantPath string) error {
+	l, err := r.inventory.listings.get(ctx, pod, ep, loadedAt)
+	if err != nil {
+		return err
+	}
+	path, ok := l[a.Name]
+	switch {
+	case !ok:
+		return &engine.Error{Reason: ReasonNotVerified, Engine: ep.Kind, Op: engine.OpList, Retryable: true,
+			Message: "the engine answered the load with success but does not list the adapter"}
+	case replace && engine.ListsLoadPath(ep.Kind) && path != "" && path != wantPath:
+		return &engine.Error{Reason: ReasonNotVerified, Engine: ep.Kind, Op: engine.OpList, Retryable: true,
+			Message: fmt.Sprintf("the engine answered the reload with success but lists the adapter from %q, not %q", path, wantPath)}
+	}
 	return nil
 }
 
@@ -406,15 +673,22 @@ func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 	return nil
 }
 
-// finalize unloads a deleted adapter from every pod that may hold it, retrying with backoff,
-// and releases the finalizer when done or when the retries are exhausted, so an unreachable
-// or deleted pod never blocks deletion forever.
+// finalize unloads a deleted adapter from every pod that may hold it — the scheduled pods
+// included, so that loads a crashed process sent are undone too — retrying with backoff, and
+// releases the finalizer when done or when the retries are exhausted, so an unreachable or
+// deleted pod never blocks deletion forever. Abandoned unloads are handed to the inventory
+// sweep, which unloads them when the pod answers again.
 func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(a, Finalizer) {
 		return reconcile.Result{}, nil
 	}
-	apiKey, _, _ := r.credentials(ctx, a)
-	holders, err := r.holders(ctx, a)
+	apiKey, _, err := r.credentials(ctx, a)
+	if err != nil {
+		// Unload without a key: engines that need one answer 401, which is retried and
+		// reported like any other unload failure.
+		klog.FromContext(ctx).Error(err, "Reading the engine API key for unloading")
+	}
+	holding, _, err := r.holders(ctx, a, scheduledPods(a))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -422,12 +696,14 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		mu     sync.Mutex
 		wg     sync.WaitGroup
 		failed []string
+		left   []*corev1.Pod
 	)
-	for _, pod := range holders {
+	for _, pod := range holding {
 		wg.Go(func() {
 			if err := r.unload(ctx, a, pod, apiKey); err != nil {
 				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (%v)", pod.Name, err))
+				left = append(left, pod)
 				mu.Unlock()
 			}
 		})
@@ -441,7 +717,12 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonUnloadAbandoned, "Delete",
-			"Releasing the adapter after %d attempts; it may still be loaded on: %s", n, strings.Join(failed, "; "))
+			"Releasing the adapter after %d attempts; it may still be loaded on: %s (unloaded by the inventory sweep when they answer)", n, strings.Join(failed, "; "))
+		for _, pod := range left {
+			if ep, err := engine.EndpointForPod(pod, apiKey); err == nil {
+				r.inventory.rememberStray(pod, ep, a.Name)
+			}
+		}
 	}
 	patch := client.MergeFrom(a.DeepCopy())
 	controllerutil.RemoveFinalizer(a, Finalizer)

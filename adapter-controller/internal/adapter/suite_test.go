@@ -208,6 +208,8 @@ func joined(s []string) string { return strings.Join(s, ",") }
 
 type metav1OwnerReference = metav1.OwnerReference
 
+type metav1Condition = metav1.Condition
+
 func metav1ObjectMeta(ns, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: ns, Name: name}
 }

@@ -135,3 +135,12 @@ func redactURL(s string) string {
 func isRepoChar(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
 }
+
+// ListsLoadPath reports whether the engine of kind lists each adapter with the
+// lora_path it was loaded from as its "root" in GET /v1/models, so that the
+// artifact it serves can be read from a listing: true for vLLM and SGLang.
+// Behind the runtime sidecar the engine lists the sidecar's local download
+// directory instead, which says nothing about the artifact URL.
+func ListsLoadPath(kind Kind) bool {
+	return kind == "" || kind == KindVLLM || kind == KindSGLang
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,14 +20,24 @@ import (
 // Implementations are safe for concurrent use. Every error is an *Error.
 type Client interface {
 	// Load loads the adapter. An adapter of that name already loaded counts
-	// as success.
+	// as success, unless req.Replace asks for its weights to be replaced.
 	Load(ctx context.Context, ep Endpoint, req LoadRequest) error
 	// Unload unloads the adapter. An adapter that is not loaded counts as
 	// success.
 	Unload(ctx context.Context, ep Endpoint, adapterName string) error
-	// ListAdapters returns the names of the LoRA adapters the engine
-	// serves, sorted.
-	ListAdapters(ctx context.Context, ep Endpoint) ([]string, error)
+	// ListAdapters returns the LoRA adapters the engine serves, sorted by
+	// name.
+	ListAdapters(ctx context.Context, ep Endpoint) ([]Adapter, error)
+}
+
+// Adapter is a LoRA adapter an engine lists.
+type Adapter struct {
+	// Name is the name the engine serves it under.
+	Name string
+	// Path is where the engine loaded it from (the "root" of its /v1/models
+	// entry: the lora_path of the load call for vLLM and SGLang, a local
+	// download directory behind the runtime sidecar); "" when not reported.
+	Path string
 }
 
 // LoadRequest describes an adapter to load.
@@ -43,6 +54,11 @@ type LoadRequest struct {
 	// AdditionalConfig is passed to the runtime sidecar as
 	// additional_config; vLLM and SGLang have no such parameter.
 	AdditionalConfig map[string]string
+	// Replace asks the engine to replace the weights of an adapter of that
+	// name that is already loaded (vLLM's load_inplace). Only KindVLLM
+	// supports it; an engine that answers "already loaded" anyway fails
+	// with ReasonReloadUnsupported, and the caller unloads and loads.
+	Replace bool
 }
 
 // Observer is told about every HTTP request made: the engine kind, the
@@ -204,7 +220,7 @@ func (c *HTTPClient) Unload(ctx context.Context, ep Endpoint, adapterName string
 }
 
 // ListAdapters lists adapters through the implementation for ep.Kind.
-func (c *HTTPClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+func (c *HTTPClient) ListAdapters(ctx context.Context, ep Endpoint) ([]Adapter, error) {
 	impl, err := c.For(ep.Kind)
 	if err != nil {
 		return nil, err
@@ -333,13 +349,15 @@ func (t *transport) readBody(reqCtx context.Context, c call, resp *http.Response
 type modelList struct {
 	Data *[]struct {
 		ID     string  `json:"id"`
+		Root   string  `json:"root"`
 		Parent *string `json:"parent"`
 	} `json:"data"`
 }
 
 // listModels asks the engine at ep.Host:port for its models and returns the
-// LoRA adapters among them: the entries with a non-empty parent.
-func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, port int) ([]string, error) {
+// LoRA adapters among them: the entries with a non-empty parent, with their
+// root as the path.
+func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, port int) ([]Adapter, error) {
 	r, err := t.do(ctx, call{engine: engine, op: OpList, ep: ep, port: port, method: http.MethodGet, path: "/v1/models"})
 	if err != nil {
 		return nil, err
@@ -357,7 +375,7 @@ func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, por
 		return nil, badResponse(engine, OpList, r.status, `the model list has no "data" array`)
 	}
 	seen := make(map[string]bool, len(*list.Data))
-	adapters := []string{}
+	adapters := []Adapter{}
 	for i, m := range *list.Data {
 		if m.ID == "" {
 			return nil, badResponse(engine, OpList, r.status, "model list entry %d has no id", i)
@@ -366,9 +384,9 @@ func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, por
 			continue
 		}
 		seen[m.ID] = true
-		adapters = append(adapters, m.ID)
+		adapters = append(adapters, Adapter{Name: m.ID, Path: m.Root})
 	}
-	slices.Sort(adapters)
+	slices.SortFunc(adapters, func(a, b Adapter) int { return cmp.Compare(a.Name, b.Name) })
 	return adapters, nil
 }
 

@@ -54,6 +54,10 @@ const (
 	ReasonInvalidEndpoint Reason = "InvalidEndpoint"
 	// ReasonInvalidRequest: the request itself is invalid (empty adapter name).
 	ReasonInvalidRequest Reason = "InvalidRequest"
+	// ReasonReloadUnsupported: a load with Replace was answered "already
+	// loaded": the engine ignored the request to replace the weights (vLLM
+	// before load_inplace). Unload and load instead.
+	ReasonReloadUnsupported Reason = "ReloadUnsupported"
 )
 
 // Op names an engine operation; it is the "op" passed to the Observer.

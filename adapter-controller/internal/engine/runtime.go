@@ -74,6 +74,6 @@ func (c *runtimeClient) Unload(ctx context.Context, ep Endpoint, adapterName str
 
 // ListAdapters calls GET /v1/models on the engine itself (ep.EnginePort):
 // the sidecar has no listing API.
-func (c *runtimeClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+func (c *runtimeClient) ListAdapters(ctx context.Context, ep Endpoint) ([]Adapter, error) {
 	return listModels(ctx, c.t, KindRuntime, ep, ep.enginePort())
 }

@@ -124,7 +124,7 @@ func TestRuntimeListAdaptersAsksTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ListAdapters() failed: %v", err)
 	}
-	if diff := cmp.Diff([]string{"sql-lora"}, got); diff != "" {
+	if diff := cmp.Diff([]Adapter{{Name: "sql-lora"}}, got); diff != "" {
 		t.Errorf("ListAdapters() mismatch (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]recorded{{Method: "GET", Path: "/v1/models", Auth: "Bearer key"}}, engine.requests()); diff != "" {

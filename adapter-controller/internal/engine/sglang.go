@@ -76,7 +76,7 @@ func (c *sglangClient) Unload(ctx context.Context, ep Endpoint, adapterName stri
 }
 
 // ListAdapters calls GET /v1/models.
-func (c *sglangClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+func (c *sglangClient) ListAdapters(ctx context.Context, ep Endpoint) ([]Adapter, error) {
 	return listModels(ctx, c.t, KindSGLang, ep, ep.enginePort())
 }
 

@@ -20,6 +20,10 @@ var _ Client = (*vllmClient)(nil)
 type vllmLoadBody struct {
 	LoraName string `json:"lora_name"`
 	LoraPath string `json:"lora_path"`
+	// LoadInplace replaces the weights of a loaded adapter of that name
+	// (vLLM's LoadLoRAAdapterRequest.load_inplace); versions without it
+	// ignore the field and answer "already loaded".
+	LoadInplace bool `json:"load_inplace,omitempty"`
 }
 
 type vllmUnloadBody struct {
@@ -29,7 +33,8 @@ type vllmUnloadBody struct {
 // Load calls POST /v1/load_lora_adapter. vLLM answers 200 with a plain-text
 // body on success and 400 "has already been loaded" when the name is taken.
 // A 404 without vLLM's own error object means the route does not exist:
-// runtime LoRA updating is disabled.
+// runtime LoRA updating is disabled. With req.Replace the request carries
+// load_inplace, and "already loaded" means the engine cannot replace.
 func (c *vllmClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
 	if err := checkName(KindVLLM, OpLoad, req.Name); err != nil {
 		return err
@@ -41,10 +46,14 @@ func (c *vllmClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) err
 	r, err := c.t.do(ctx, call{
 		engine: KindVLLM, op: OpLoad, ep: ep, port: ep.port(),
 		method: http.MethodPost, path: vllmLoadPath,
-		body: vllmLoadBody{LoraName: req.Name, LoraPath: path},
+		body: vllmLoadBody{LoraName: req.Name, LoraPath: path, LoadInplace: req.Replace},
 	})
 	if err != nil {
 		return err
+	}
+	if req.Replace && r.status == http.StatusBadRequest && alreadyLoaded(r.message(ep)) {
+		return &Error{Reason: ReasonReloadUnsupported, Engine: KindVLLM, Op: OpLoad, Status: r.status,
+			Message: "the engine answered that the adapter is already loaded: it does not support load_inplace"}
 	}
 	return loadOutcome(KindVLLM, ep, r, vllmLoadPath)
 }
@@ -68,7 +77,7 @@ func (c *vllmClient) Unload(ctx context.Context, ep Endpoint, adapterName string
 }
 
 // ListAdapters calls GET /v1/models.
-func (c *vllmClient) ListAdapters(ctx context.Context, ep Endpoint) ([]string, error) {
+func (c *vllmClient) ListAdapters(ctx context.Context, ep Endpoint) ([]Adapter, error) {
 	return listModels(ctx, c.t, KindVLLM, ep, ep.enginePort())
 }
 

@@ -14,6 +14,7 @@ const vllmDisabledMessage = "the engine has no /v1/load_lora_adapter route: runt
 func TestVLLMLoad(t *testing.T) {
 	cases := map[string]struct {
 		artifact     string
+		replace      bool
 		status       int
 		contentType  string
 		body         string
@@ -35,6 +36,14 @@ func TestVLLMLoad(t *testing.T) {
 		"already loaded, flat error": {
 			status: 400, contentType: jsonType,
 			body: `{"object":"error","message":"The lora adapter 'sql-lora' has already been loaded.","type":"InvalidUserInput","param":null,"code":400}`,
+		},
+		"in-place reload": {
+			replace: true, status: 200, contentType: textType, body: "Success: LoRA adapter 'sql-lora' added successfully.",
+		},
+		"in-place reload ignored by an older vLLM": {
+			replace: true, status: 400, contentType: jsonType,
+			body: `{"error":{"message":"The lora adapter 'sql-lora' has already been loaded.","type":"InvalidUserInput","code":400}}`,
+			want: &errView{Reason: ReasonReloadUnsupported, Status: 400, Message: "the engine answered that the adapter is already loaded: it does not support load_inplace"},
 		},
 		"route missing means runtime updating disabled": {
 			status: 404, contentType: jsonType, body: `{"detail":"Not Found"}`,
@@ -98,13 +107,16 @@ func TestVLLMLoad(t *testing.T) {
 			if artifact == "" {
 				artifact, wantPath = "huggingface://org/sql-lora", "org/sql-lora"
 			}
-			err := c.Load(context.Background(), f.endpoint(t, KindVLLM, ""), LoadRequest{Name: "sql-lora", ArtifactURL: artifact})
+			err := c.Load(context.Background(), f.endpoint(t, KindVLLM, ""), LoadRequest{Name: "sql-lora", ArtifactURL: artifact, Replace: tc.replace})
 			if diff := cmp.Diff(tc.want, viewOf(err)); diff != "" {
 				t.Errorf("Load() error mismatch (-want +got):\n%s\nerror: %v", diff, err)
 			}
+			body := map[string]any{"lora_name": "sql-lora", "lora_path": wantPath}
+			if tc.replace {
+				body["load_inplace"] = true
+			}
 			wantReqs := []recorded{{
-				Method: "POST", Path: "/v1/load_lora_adapter", ContentType: "application/json",
-				Body: map[string]any{"lora_name": "sql-lora", "lora_path": wantPath},
+				Method: "POST", Path: "/v1/load_lora_adapter", ContentType: "application/json", Body: body,
 			}}
 			if diff := cmp.Diff(wantReqs, f.requests()); diff != "" {
 				t.Errorf("Requests mismatch (-want +got):\n%s", diff)
@@ -169,7 +181,7 @@ var listCases = map[string]struct {
 	status      int
 	contentType string
 	body        string
-	want        []string
+	want        []Adapter
 	wantErr     *errView
 }{
 	"adapters are the entries with a parent": {
@@ -181,11 +193,11 @@ var listCases = map[string]struct {
 			{"id":"chat-lora","object":"model","parent":"base"},
 			{"id":"other-base","object":"model","parent":""},
 			{"id":"no-parent-field","object":"model"}]}`,
-		want: []string{"chat-lora", "sql-lora"},
+		want: []Adapter{{Name: "chat-lora"}, {Name: "sql-lora", Path: "/models/sql"}},
 	},
 	"no adapters": {
 		status: 200, contentType: jsonType, body: `{"object":"list","data":[{"id":"base","parent":null}]}`,
-		want: []string{},
+		want: []Adapter{},
 	},
 	"malformed JSON": {
 		status: 200, contentType: jsonType, body: `{"object":"list","data":[{"id":"sql-lora",`,

@@ -16,6 +16,12 @@ const (
 	ServiceNameAnnotation = "model.aibrix.ai/service-name"
 	// CustomPathsAnnotation adds comma-separated path prefixes to a workload's route.
 	CustomPathsAnnotation = "model.aibrix.ai/model-router-custom-paths"
+	// ScheduledPodsAnnotation, on a ModelAdapter, lists (comma-separated, sorted) the pods of
+	// its namespace where a load may have happened. The adapter-controller writes it before
+	// it calls an engine's load API, so that after a crash every pod that may hold the adapter
+	// is known and gets the unload on deletion. AIBrix writes the same annotation before
+	// loading.
+	ScheduledPodsAnnotation = "adapter.model.aibrix.ai/scheduled-pods"
 
 	// DefaultEnginePort is the engine port when a pod or workload has no port label.
 	DefaultEnginePort = 8000

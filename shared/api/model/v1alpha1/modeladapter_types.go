@@ -87,6 +87,9 @@ const (
 	ConditionBound           = "Bound"
 	ConditionResourceCreated = "ResourceCreated"
 	ConditionReady           = "Ready"
+	// ConditionUpToDate is True when every instance serves spec.artifactURL; False (reason
+	// Rolling or RolloutFailed) while a changed artifact is rolled out pod by pod.
+	ConditionUpToDate = "UpToDate"
 )
 
 // ModelAdapterStatus is the observed state of a ModelAdapter.
@@ -105,6 +108,13 @@ type ModelAdapterStatus struct {
 	// +optional
 	Instances []string `json:"instances,omitempty"`
 
+	// InstanceArtifacts records the artifact each instance serves: spec.artifactURL once the
+	// engine has verifiably loaded it, an earlier artifact while a new one is rolled out.
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	InstanceArtifacts []InstanceArtifact `json:"instanceArtifacts,omitempty"`
+
 	// Candidates is the number of Ready pods matching the selector.
 	// +optional
 	Candidates int32 `json:"candidates,omitempty"`
@@ -119,6 +129,17 @@ type ModelAdapterStatus struct {
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 }
 
+// InstanceArtifact is the artifact one instance serves.
+type InstanceArtifact struct {
+	// Pod is the name of the instance.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+	// ArtifactURL is the artifact the pod serves, as spec.artifactURL named it when it was
+	// loaded (or, for an adapter loaded before this was recorded, the path the engine reports).
+	// +kubebuilder:validation:MaxLength=2048
+	ArtifactURL string `json:"artifactURL"`
+}
+
 // ModelAdapter loads a LoRA adapter onto the engine pods its selector picks and publishes it
 // behind a headless Service named after it.
 //
@@ -128,6 +149,7 @@ type ModelAdapterStatus struct {
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredReplicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Candidates",type=integer,JSONPath=`.status.candidates`
+// +kubebuilder:printcolumn:name="UpToDate",type=string,JSONPath=`.status.conditions[?(@.type=="UpToDate")].status`
 // +kubebuilder:printcolumn:name="Artifact",type=string,JSONPath=`.spec.artifactURL`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ModelAdapter struct {

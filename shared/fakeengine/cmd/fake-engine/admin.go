@@ -68,13 +68,14 @@ func viewOf(r *running) engineView {
 }
 
 // faultRequest is the body of POST /engines/{namespace}/{pod}/fault: a fakeengine.Fault,
-// whose field names match case-insensitively. Hang is nanoseconds, as a Fault marshals, or
-// a duration string such as "30s".
+// whose field names match case-insensitively. Hang and Stall are nanoseconds, as a Fault
+// marshals, or a duration string such as "30s".
 type faultRequest struct {
 	Op        string   `json:"op"`
 	Status    int      `json:"status"`
 	Body      string   `json:"body"`
 	Hang      duration `json:"hang"`
+	Stall     duration `json:"stall"`
 	HugeBody  int      `json:"hugeBody"`
 	Malformed bool     `json:"malformed"`
 	Lie       bool     `json:"lie"`
@@ -98,7 +99,7 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	}
 	var n int64
 	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("hang must be nanoseconds or a duration string: %w", err)
+		return fmt.Errorf("hang and stall must be nanoseconds or a duration string: %w", err)
 	}
 	*d = duration(n)
 	return nil
@@ -114,14 +115,15 @@ func (f faultRequest) fault() (fakeengine.Fault, error) {
 	switch {
 	case f.Status != 0 && (f.Status < 100 || f.Status > 599):
 		return fakeengine.Fault{}, fmt.Errorf("invalid status %d", f.Status)
-	case f.Times < 0, f.HugeBody < 0, f.Hang < 0:
-		return fakeengine.Fault{}, errors.New("times, hugeBody and hang must not be negative")
+	case f.Times < 0, f.HugeBody < 0, f.Hang < 0, f.Stall < 0:
+		return fakeengine.Fault{}, errors.New("times, hugeBody, hang and stall must not be negative")
 	}
 	return fakeengine.Fault{
 		Op:        f.Op,
 		Status:    f.Status,
 		Body:      f.Body,
 		Hang:      time.Duration(f.Hang),
+		Stall:     time.Duration(f.Stall),
 		HugeBody:  f.HugeBody,
 		Malformed: f.Malformed,
 		Lie:       f.Lie,

@@ -1,0 +1,76 @@
+package adapter_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/fakeengine"
+)
+
+// TestStraysSwept: adapters this controller loaded whose ModelAdapter went away without
+// the unload — one whose unloads were abandoned after the deletion retries, one whose
+// finalizer was removed by hand — are unloaded by the inventory sweep once the engine
+// answers again. Adapters the engine was started with, or that another client loaded, are
+// never touched.
+func TestStraysSwept(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	ip := newIP()
+	e := engine(t, ip, 8000, fakeengine.Options{Preload: map[string]string{"static": "/models/static", "foreign": "/models/foreign"}})
+	modelPod(t, ns, "sw-0", ip, modelLabels("sw"))
+	abandoned, byHand := newAdapter(ns, "abandoned", "sw"), newAdapter(ns, "by-hand", "sw")
+	for _, a := range []*v1alpha1.ModelAdapter{abandoned, byHand} {
+		if err := k8s.Create(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running", running(1))
+	}
+	time.Sleep(2 * inventoryPeriod) // an inventory poll sees both recorded on the pod
+	strays := metricValue(t, "modelplane_adapter_stray_unloads_total", map[string]string{"result": "success"})
+
+	// Unloads hang past the engine timeout: deletion cannot unload.
+	e.SetFault(fakeengine.Fault{Op: fakeengine.OpUnload, Hang: time.Minute})
+	if err := k8s.Delete(ctx, byHand); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(byHand), byHand); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(byHand.DeepCopy())
+	byHand.Finalizers = nil
+	if err := k8s.Patch(ctx, byHand, patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, abandoned); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*v1alpha1.ModelAdapter{abandoned, byHand} {
+		waitFor(t, 30*time.Second, a.Name+" to be gone", func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(a), &v1alpha1.ModelAdapter{}))
+		})
+	}
+	if got := e.Loaded(); !slices.Contains(got, "abandoned") || !slices.Contains(got, "by-hand") {
+		t.Fatalf("the engine holds %v; the test needs both deleted adapters left on it", got)
+	}
+
+	e.ClearFault()
+	start := time.Now()
+	waitFor(t, 3*inventoryPeriod+10*time.Second, "the sweep to unload both strays", func() bool {
+		got := e.Loaded()
+		return !slices.Contains(got, "abandoned") && !slices.Contains(got, "by-hand")
+	})
+	t.Logf("strays unloaded %s after the engine answered again (inventory period %s)", time.Since(start).Round(10*time.Millisecond), inventoryPeriod)
+	time.Sleep(2 * inventoryPeriod)
+	if got := e.Loaded(); joined(got) != "foreign,static" {
+		t.Errorf("the engine holds %v, want only the adapters it was started with: foreign, static", got)
+	}
+	if got := metricValue(t, "modelplane_adapter_stray_unloads_total", map[string]string{"result": "success"}) - strays; got != 2 {
+		t.Errorf("modelplane_adapter_stray_unloads_total{result=success} grew by %v, want 2", got)
+	}
+}

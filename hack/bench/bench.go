@@ -62,6 +62,10 @@ type Result struct {
 	WritesPerAdapter   float64            `json:"apiWritesPerAdapter"`
 	WritesByMethod     map[string]float64 `json:"apiWritesPerAdapterByMethod"`
 	EventsPerAdapter   float64            `json:"eventsPerAdapter"`
+	LoadsPerAdapter    float64            `json:"engineLoadCallsPerAdapter"`
+	DeleteSeconds      float64            `json:"adapterDeleteSeconds"`
+	UnloadsPerAdapter  float64            `json:"engineUnloadCallsPerAdapter"`
+	DeleteWrites       float64            `json:"apiWritesPerAdapterDeletion"`
 	ListsPerPodPeriod  float64            `json:"engineListsPerPodPerPeriod"`
 	RouterSeconds      float64            `json:"routerConvergenceSeconds"`
 	RouterWrites       float64            `json:"routerWrites"`
@@ -420,6 +424,7 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	r.AdapterSeconds = time.Since(start).Seconds()
 	r.AdapterLoads = b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() }) - loads0
 	r.AdapterLoadsPerSec = float64(p.A*p.P) / r.AdapterSeconds
+	r.LoadsPerAdapter = float64(r.AdapterLoads) / float64(max(p.A, 1))
 	logf("  all %d adapters Running after %.2fs (%d engine load calls)", p.A, r.AdapterSeconds, r.AdapterLoads)
 	time.Sleep(2 * time.Second) // let trailing status/EndpointSlice writes land
 	w1, err := proc.writes()
@@ -467,16 +472,33 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	r.AdapterRateOfFloor = r.AdapterLoadsPerSec / r.EngineFloorPerSec
 
 	// Delete the adapters while the controller runs (finalizers unload them).
+	unloads0 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Unloads() })
+	dw0, err := proc.writes()
+	if err != nil {
+		return err
+	}
+	start = time.Now()
 	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
 		return err
 	}
-	return waitFor(ctx, 3*time.Minute, 500*time.Millisecond, func() (bool, string, error) {
+	if err := waitFor(ctx, 3*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
 		l, err := api.List(ctx, sel)
 		if err != nil {
 			return false, "", err
 		}
 		return len(l.Items) == 0, fmt.Sprintf("adapters left after delete: %d", len(l.Items)), nil
-	})
+	}); err != nil {
+		return err
+	}
+	r.DeleteSeconds = time.Since(start).Seconds()
+	r.UnloadsPerAdapter = float64(b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Unloads() })-unloads0) / float64(max(p.A, 1))
+	dw1, err := proc.writes()
+	if err != nil {
+		return err
+	}
+	r.DeleteWrites = (dw1 - dw0) / float64(max(p.A, 1))
+	logf("  all %d adapters deleted after %.2fs: %.2f unload calls and %.2f API writes per adapter", p.A, r.DeleteSeconds, r.UnloadsPerAdapter, r.DeleteWrites)
+	return nil
 }
 
 func modelAdapter(idx, i int, pool string) *unstructured.Unstructured {
@@ -692,6 +714,8 @@ func markdown(rep *Report) string {
 			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls) | %.2f s, %.0f loads/s | %.0f%% of floor rate | ≥50%% at 200×20 |\n",
 				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor)
 			fmt.Fprintf(&w, "| %s | API writes per adapter to Running | %.2f (%s; Event objects on the adapter: %.2f) | | | ≤4 |\n", pt, r.WritesPerAdapter, syncs(r.WritesByMethod), r.EventsPerAdapter)
+			fmt.Fprintf(&w, "| %s | engine load calls per adapter to Running | %.2f (P=%d) | | | P |\n", pt, r.LoadsPerAdapter, r.Point.P)
+			fmt.Fprintf(&w, "| %s | adapter deletion (delete → all gone) | %.2f s, %.2f unload calls and %.2f API writes per adapter | | | P unloads |\n", pt, r.DeleteSeconds, r.UnloadsPerAdapter, r.DeleteWrites)
 			fmt.Fprintf(&w, "| %s | engine lists per pod per inventory period | %.2f | | | 1 (independent of A) |\n", pt, r.ListsPerPodPeriod)
 		}
 		if r.RouterSeconds > 0 {

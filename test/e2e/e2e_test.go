@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -145,10 +146,11 @@ func readyPods(t *testing.T, ns, model string) []corev1.Pod {
 }
 
 type engineInfo struct {
-	Pod       string   `json:"pod"`
-	Namespace string   `json:"namespace"`
-	IP        string   `json:"ip"`
-	Loaded    []string `json:"loaded"`
+	Pod       string            `json:"pod"`
+	Namespace string            `json:"namespace"`
+	IP        string            `json:"ip"`
+	Loaded    []string          `json:"loaded"`
+	Adapters  map[string]string `json:"adapters"` // path by adapter name
 	Counts    struct {
 		Loads int `json:"loads"`
 	} `json:"counts"`
@@ -283,6 +285,9 @@ func TestAdapterLifecycle(t *testing.T) {
 		t.Log("E2E_ENGINE_ADMIN is not set: skipping the engine restart step")
 	}
 
+	// A new version of the adapter reaches every engine, one pod at a time.
+	newVersion(t, ns, adapterName, pods)
+
 	// Scale 3 → 5.
 	patch := client.MergeFrom(dep.DeepCopy())
 	dep.Spec.Replicas = ptr.To[int32](5)
@@ -323,6 +328,60 @@ func TestAdapterLifecycle(t *testing.T) {
 	})
 	if err := routeErr(model + "-router"); err != nil {
 		t.Errorf("the model's route: %v", err)
+	}
+}
+
+// newVersion changes the adapter's artifactURL and waits until every instance serves the new
+// artifact (status UpToDate, and on the local cluster each engine's listed path), checking
+// that its EndpointSlice never drops below N-1 endpoints meanwhile.
+func newVersion(t *testing.T, ns, name string, pods []corev1.Pod) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	a := &v1alpha1.ModelAdapter{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, a); err != nil {
+		t.Fatal(err)
+	}
+	const v2 = "huggingface://ai-blond/Qwen-Qwen2.5-Coder-1.5B-Instruct-lora-v2"
+	patch := client.MergeFrom(a.DeepCopy())
+	a.Spec.ArtifactURL = v2
+	start := time.Now()
+	if err := k8s.Patch(ctx, a, patch); err != nil {
+		t.Fatal(err)
+	}
+	fewest := len(pods)
+	waitFor(t, 60*time.Second, "every instance on the new artifact", func() (bool, string) {
+		eps := &discoveryv1.EndpointSlice{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, eps); err == nil {
+			fewest = min(fewest, len(eps.Endpoints))
+		}
+		got, err := adapterStatus(ns, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionUpToDate)
+		if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != got.Generation || got.Status.Phase != v1alpha1.ModelAdapterRunning {
+			return false, fmt.Sprintf("UpToDate %+v, phase %s", c, got.Status.Phase)
+		}
+		for _, ia := range got.Status.InstanceArtifacts {
+			if ia.ArtifactURL != v2 {
+				return false, fmt.Sprintf("%s serves %s", ia.Pod, ia.ArtifactURL)
+			}
+		}
+		if !haveEngineAdmin() {
+			return true, ""
+		}
+		es := engines(t)
+		for _, p := range pods {
+			if path := es[ns+"/"+p.Name].Adapters[name]; path != strings.TrimPrefix(v2, "huggingface://") {
+				return false, fmt.Sprintf("the engine of %s serves %q", p.Name, path)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("new artifact on all %d pods %s after the change; the EndpointSlice kept at least %d endpoints",
+		len(pods), time.Since(start).Round(10*time.Millisecond), fewest)
+	if fewest < len(pods)-1 {
+		t.Errorf("the EndpointSlice fell to %d endpoints during the rollout, want at least %d", fewest, len(pods)-1)
 	}
 }
 

@@ -19,16 +19,17 @@ const maxAdminBody = 1 << 20
 
 // engineView is one engine in GET /engines.
 type engineView struct {
-	Pod       string          `json:"pod"`
-	Namespace string          `json:"namespace"`
-	UID       string          `json:"uid"`
-	IP        string          `json:"ip"`
-	Port      int             `json:"port"`
-	Kind      fakeengine.Kind `json:"kind"`
-	BaseModel string          `json:"baseModel"`
-	Runtime   bool            `json:"runtime"`
-	Loaded    []string        `json:"loaded"`
-	Counts    countsView      `json:"counts"`
+	Pod       string            `json:"pod"`
+	Namespace string            `json:"namespace"`
+	UID       string            `json:"uid"`
+	IP        string            `json:"ip"`
+	Port      int               `json:"port"`
+	Kind      fakeengine.Kind   `json:"kind"`
+	BaseModel string            `json:"baseModel"`
+	Runtime   bool              `json:"runtime"`
+	Loaded    []string          `json:"loaded"`
+	Adapters  map[string]string `json:"adapters"` // loaded adapters' paths by name
+	Counts    countsView        `json:"counts"`
 }
 
 // countsView are an engine's counters: requests is the total of requestsByPath, keyed by
@@ -57,6 +58,7 @@ func viewOf(r *running) engineView {
 		BaseModel: r.spec.BaseModel,
 		Runtime:   r.spec.Runtime,
 		Loaded:    r.engine.Loaded(),
+		Adapters:  r.engine.Adapters(),
 		Counts: countsView{
 			Requests:       total,
 			Loads:          c.Loads,

@@ -5,7 +5,9 @@
 #   hack/cluster.sh down   delete the cluster
 #   hack/cluster.sh kubeconfig   print the kubeconfig path
 #   hack/cluster.sh restart-apiserver   kill kube-apiserver (SIGKILL), start it again with the
-#                                       same command line, wait until /readyz answers
+#                                       same command line once its port is free, wait until
+#                                       /readyz answers
+#   hack/cluster.sh logs DIR   copy the cluster components' logs into DIR
 #
 # Environment: CLUSTER_NAME (modelplane), CLUSTER_NODES (4; 250 pods each, podCIDR 127.0.N.0/24).
 set -euo pipefail
@@ -82,38 +84,100 @@ down() {
   else
     echo "Cluster $name does not exist"
   fi
+  reap
+}
+
+# reap SIGKILLs what is left of the cluster's processes: a kube-apiserver that lost its etcd
+# does not finish its SIGTERM shutdown, and would hold its port into the next cluster.
+reap() {
+  local dir=$KWOK_WORKDIR/clusters/$name/bin pid exe
+  for pid in $(find /proc -mindepth 1 -maxdepth 1 -name '[0-9]*' -printf '%f\n'); do
+    exe=$( (tr '\0' '\n' <"/proc/$pid/cmdline") 2>/dev/null | head -n 1) || continue
+    case $exe in "$dir"/*)
+      echo "Killing leftover ${exe##*/} (pid $pid)"
+      kill -9 "$pid" 2>/dev/null || true
+      ;;
+    esac
+  done
 }
 
 # running reports whether pid is a live process (an exited one may stay a zombie: the
 # container's init need not reap kwokctl's orphaned children).
 running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
 
+# gone reports whether pid and every thread of it have exited. A SIGKILLed Go process whose
+# thread-group leader is already a zombie can still have threads, which hold its listening
+# socket: "not running" is not enough before the port is reused.
+gone() {
+  [ -d "/proc/$1" ] || return 0
+  grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null || return 1
+  [ "$(find "/proc/$1/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -le 1 ]
+}
+
+# listening reports whether some socket listens on the TCP port (IPv4 or IPv6).
+listening() {
+  local hex
+  hex=$(printf ':%04X' "$1")
+  awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
 # restart_apiserver restarts the cluster's kube-apiserver process as kwokctl started it
 # (kwokctl has no per-component restart): same command line, working directory and log,
-# and the pid file updated so that "down" still stops it. Prints the downtime.
+# and the pid file updated so that "down" still stops it. The old process must be gone and
+# its port free before the new one starts; a start that exits (it lost a race for the port)
+# is retried. Prints the downtime.
 restart_apiserver() {
-  local dir=$KWOK_WORKDIR/clusters/$name pidfile pid args=() start
+  local dir=$KWOK_WORKDIR/clusters/$name pidfile pid newpid args=() start port=""
   pidfile=$dir/pids/kube-apiserver.pid
   pid=$(cat "$pidfile")
   [ -r "/proc/$pid/cmdline" ] || { echo "kube-apiserver (pid $pid) is not running" >&2; exit 1; }
   mapfile -d '' -t args <"/proc/$pid/cmdline"
+  for a in "${args[@]}"; do
+    case $a in --secure-port=*) port=${a#--secure-port=} ;; esac
+  done
+  [ -n "$port" ] || { echo "kube-apiserver has no --secure-port in its command line" >&2; exit 1; }
   start=$(date +%s.%N)
   # SIGKILL: a crash. (On SIGTERM this kube-apiserver stops serving at once but its
   # process lingers in shutdown for more than 30 s.)
   kill -9 "$pid"
-  for _ in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
-  if running "$pid"; then echo "kube-apiserver (pid $pid) did not stop" >&2; exit 1; fi
-  (cd "$dir" && exec setsid "${args[@]}" >>"$dir/logs/kube-apiserver.log" 2>&1 </dev/null) &
-  echo $! >"$pidfile"
-  for _ in $(seq 1 600); do
-    if kubectl get --raw /readyz >/dev/null 2>&1; then
-      echo "kube-apiserver restarted (pid $pid -> $(cat "$pidfile")): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server"
-      return 0
+  for attempt in 1 2 3; do
+    for _ in $(seq 1 300); do
+      gone "$pid" && ! listening "$port" && break
+      sleep 0.1
+    done
+    if ! gone "$pid" || listening "$port"; then
+      echo "kube-apiserver (pid $pid) still holds port $port after 30s" >&2
+      exit 1
     fi
-    sleep 0.1
+    (cd "$dir" && exec setsid "${args[@]}" >>"$dir/logs/kube-apiserver.log" 2>&1 </dev/null) &
+    newpid=$!
+    echo "$newpid" >"$pidfile"
+    for _ in $(seq 1 600); do
+      if kubectl get --raw /readyz >/dev/null 2>&1; then
+        echo "kube-apiserver restarted (pid $pid -> $newpid, attempt $attempt): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server"
+        return 0
+      fi
+      running "$newpid" || break
+      sleep 0.1
+    done
+    if running "$newpid"; then
+      echo "kube-apiserver (pid $newpid) did not become ready within 60s after the restart" >&2
+      exit 1
+    fi
+    echo "kube-apiserver (pid $newpid) exited while starting (attempt $attempt); see $dir/logs/kube-apiserver.log" >&2
+    pid=$newpid
   done
-  echo "kube-apiserver did not become ready within 60s after the restart" >&2
+  echo "kube-apiserver could not be restarted in 3 attempts" >&2
   exit 1
+}
+
+# logs copies the cluster components' logs into a directory (kept after "down").
+logs() {
+  local dir=$KWOK_WORKDIR/clusters/$name/logs
+  [ -d "$dir" ] || return 0
+  mkdir -p "$1"
+  cp "$dir"/*.log "$1"/ 2>/dev/null || true
 }
 
 case "${1:-}" in
@@ -121,5 +185,6 @@ up) up ;;
 down) down ;;
 kubeconfig) echo "$kubeconfig" ;;
 restart-apiserver) restart_apiserver ;;
-*) echo "usage: $0 up|down|kubeconfig|restart-apiserver" >&2; exit 2 ;;
+logs) logs "${2:?usage: $0 logs DIR}" ;;
+*) echo "usage: $0 up|down|kubeconfig|restart-apiserver|logs DIR" >&2; exit 2 ;;
 esac

@@ -14,6 +14,7 @@ mkdir -p "$art"
 cleanup() {
   local status=$?
   "$stack" down "$art"
+  "$root/hack/cluster.sh" logs "$art/cluster" || true
   "$root/bin/kubectl" --kubeconfig "$("$root/hack/cluster.sh" kubeconfig)" \
     get modeladapters,httproutes,referencegrants -A -o wide >"$art/objects.txt" 2>&1 || true
   "$root/hack/cluster.sh" down >/dev/null 2>&1 || true
@@ -36,6 +37,7 @@ export E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $art"
 export E2E_RESTART_APISERVER="$root/hack/cluster.sh restart-apiserver"
 export E2E_ADAPTER_READYZ=http://127.0.0.1:18081/readyz E2E_ROUTER_READYZ=http://127.0.0.1:18091/readyz
 export E2E_LEASE_DURATION=12s # hack/stack.sh's --leader-elect-lease-duration
+export E2E_INVENTORY_PERIOD=2s # hack/stack.sh's --inventory-period
 export E2E_LOG_DIR=$art E2E_REPO_ROOT=$root E2E_STACK=$stack
 export E2E_ADAPTER_STANDBY_METRICS=http://127.0.0.1:18082/metrics E2E_ROUTER_STANDBY_METRICS=http://127.0.0.1:18092/metrics
 (cd "$root/test" && go test -tags e2e -count=1 -timeout 25m -v ./e2e/) 2>&1 | tee "$art/e2e.log"

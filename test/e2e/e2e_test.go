@@ -383,6 +383,24 @@ func newVersion(t *testing.T, ns, name string, pods []corev1.Pod) {
 	if fewest < len(pods)-1 {
 		t.Errorf("the EndpointSlice fell to %d endpoints during the rollout, want at least %d", fewest, len(pods)-1)
 	}
+	if period := inventoryPeriod(t); time.Since(start) > 2*period {
+		t.Errorf("the rollout took %s, want within 2 inventory periods (%s)", time.Since(start).Round(10*time.Millisecond), 2*period)
+	}
+}
+
+// inventoryPeriod is the adapter-controller's --inventory-period: E2E_INVENTORY_PERIOD, else
+// the binary's default (30s).
+func inventoryPeriod(t *testing.T) time.Duration {
+	t.Helper()
+	v := os.Getenv("E2E_INVENTORY_PERIOD")
+	if v == "" {
+		return 30 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("E2E_INVENTORY_PERIOD=%q: %v", v, err)
+	}
+	return d
 }
 
 func shell(t *testing.T, cmd string) {

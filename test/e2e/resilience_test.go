@@ -163,7 +163,8 @@ func adapterState(t *testing.T, ns string, pods []corev1.Pod, want, gone []strin
 }
 
 // TestAdapterControllerKilledMidLoad: the adapter-controller gets SIGKILL while it loads 20
-// adapters on 10 pods (every load takes 1 s). While it is down five adapters are deleted.
+// adapters on 10 pods (engines act on a load at once and answer 1 s later). While it is down
+// the five adapters with the most loads on the engines are deleted.
 // After a restart (which has to wait for the unreleased lease) the 15 left run everywhere,
 // the 5 deleted ones are unloaded everywhere and gone, and there is exactly one Service and
 // one EndpointSlice per adapter.
@@ -182,7 +183,9 @@ func TestAdapterControllerKilledMidLoad(t *testing.T) {
 	})
 	pods := readyPods(t, ns, model)
 	waitEngines(t, ns, pods)
-	setEngineFault(t, ns, pods, `{"op":"load","hang":"1s"}`)
+	// Engines act on a load at once and answer 1 s later: a process killed meanwhile never
+	// learns which loads happened.
+	setEngineFault(t, ns, pods, `{"op":"load","stall":"1s"}`)
 
 	const total, deleted = 20, 5
 	var names []string
@@ -192,12 +195,16 @@ func TestAdapterControllerKilledMidLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loads := func() int {
-		n := 0
+	// held counts the loads each adapter has on the engines.
+	held := func() map[string]int {
+		out := map[string]int{}
+		es := engines(t)
 		for _, p := range pods {
-			n += engines(t)[ns+"/"+p.Name].Counts.Loads
+			for _, name := range es[ns+"/"+p.Name].Loaded {
+				out[name]++
+			}
 		}
-		return n
+		return out
 	}
 	running := func() int {
 		n := 0
@@ -210,27 +217,34 @@ func TestAdapterControllerKilledMidLoad(t *testing.T) {
 	}
 	var loadsAtKill int
 	waitFor(t, 60*time.Second, "the first loads", func() (bool, string) {
-		loadsAtKill = loads()
-		return loadsAtKill >= 10, fmt.Sprintf("%d loads", loadsAtKill)
+		loadsAtKill = 0
+		for _, n := range held() {
+			loadsAtKill += n
+		}
+		return loadsAtKill >= 30, fmt.Sprintf("%d loads", loadsAtKill)
 	})
 	shell(t, kill)
 	killed := time.Now()
-	heldByDeleted := 0
-	for _, p := range pods {
-		for _, name := range engines(t)[ns+"/"+p.Name].Loaded {
-			if slices.Contains(names[:deleted], name) {
-				heldByDeleted++
-			}
-		}
-	}
 	runningAtKill := running()
 	if runningAtKill == total {
 		t.Fatalf("all %d adapters ran before the kill (%d loads): nothing was killed mid-load", total, loadsAtKill)
 	}
 	setEngineFault(t, ns, pods, "")
-	// The first adapters created are the ones with loads done or in flight: deleting them
-	// while the controller is down is what once leaked them on the engines.
-	gone, kept := names[:deleted], names[deleted:]
+	// Delete the adapters with the most loads on the engines: deleting them while the
+	// controller is down is what once leaked them there.
+	atKill := held()
+	byLoads := slices.Clone(names)
+	slices.SortStableFunc(byLoads, func(a, b string) int { return atKill[b] - atKill[a] })
+	gone := byLoads[:deleted]
+	var kept []string
+	heldByDeleted := 0
+	for _, name := range names {
+		if slices.Contains(gone, name) {
+			heldByDeleted += atKill[name]
+		} else {
+			kept = append(kept, name)
+		}
+	}
 	for _, name := range gone {
 		if err := k8s.Delete(ctx, &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
 			t.Fatal(err)

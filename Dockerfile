@@ -1,5 +1,7 @@
 # One image per controller: docker build --build-arg BINARY=adapter-controller|router-controller .
-# The controller module builds on its own (GOWORK=off) with `replace ../shared`.
+# The controller module builds on its own (GOWORK=off) with `replace ../shared`. Its tests use
+# the test tooling module (`replace ../test`), whose go.mod the module graph needs; no test
+# package is compiled into the binary.
 FROM golang:1.26 AS builder
 ARG BINARY=adapter-controller
 ARG VERSION=dev
@@ -8,6 +10,7 @@ WORKDIR /src
 
 # Dependencies first, so source changes reuse this layer.
 COPY shared/go.mod shared/go.sum shared/
+COPY test/go.mod test/go.sum test/
 COPY ${BINARY}/go.mod ${BINARY}/go.sum ${BINARY}/
 RUN cd ${BINARY} && go mod download
 

@@ -26,7 +26,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
-MODULES := shared adapter-controller router-controller hack/bench
+MODULES := shared adapter-controller router-controller test hack/bench
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/modelplane/modelplane/shared/version.Version=$(VERSION)
 
@@ -72,12 +72,12 @@ fmt: ## Run gofmt on all Go code.
 .PHONY: vet
 vet: ## Run go vet on every module (and the e2e suite).
 	go vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
-	go vet -tags e2e ./test/...
+	cd test/e2e && go vet -tags e2e ./...
 
 .PHONY: lint
 lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.yml).
 	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...); done
-	cd test && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
+	cd test/e2e && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
 
 .PHONY: test
 test: tools verify-generated ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd).
@@ -107,10 +107,10 @@ docker-build-all: ## Build the images of both binaries.
 .PHONY: docker-build-check
 docker-build-check: ## Run the Dockerfile's build steps here on a copy holding only what it COPYs (no Docker engine needed).
 	@for b in $(BINARIES); do \
-	  tmp=$$(mktemp -d); cp -r shared $$b $$tmp/; \
+	  tmp=$$(mktemp -d); cp -r shared $$b $$tmp/; mkdir $$tmp/test; cp test/go.mod test/go.sum $$tmp/test/; \
 	  (cd $$tmp/$$b && GOWORK=off CGO_ENABLED=0 go mod download && \
 	    GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $$tmp/manager . ) && \
-	  echo "$$b: built as the Dockerfile builds it (GOWORK=off, only shared/ and $$b/ present)"; rm -rf $$tmp; \
+	  echo "$$b: built as the Dockerfile builds it (GOWORK=off, only shared/, $$b/ and test/go.mod present)"; rm -rf $$tmp; \
 	done
 
 ##@ Tools
@@ -168,7 +168,7 @@ deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namesp
 
 .PHONY: fake-engine
 fake-engine: ## Build the fake vLLM/SGLang engine host process into bin/.
-	cd shared && CGO_ENABLED=0 go build -o $(BIN)/fake-engine ./fakeengine/cmd/fake-engine
+	cd test && CGO_ENABLED=0 go build -o $(BIN)/fake-engine ./fakeengine/cmd/fake-engine
 
 .PHONY: test-deps
 test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scrapes with a real Prometheus).

@@ -31,5 +31,5 @@ k="$root/bin/kubectl -n modelplane-system"
 run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_ENGINE_IMAGE=ghcr.io/modelplane/fake-engine:$tag \
   E2E_STOP_ROUTER="$k scale deploy/router-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=router-controller --timeout=60s" \
   E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s" \
-  bash -c "cd test && go test -tags e2e -count=1 -timeout 20m -v ./e2e/"
+  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 20m -v ./"
 echo "Clean up with: $kind delete cluster --name $cluster"

@@ -3,10 +3,10 @@
 FROM golang:1.26 AS builder
 ENV GOWORK=off CGO_ENABLED=0 GOTOOLCHAIN=local
 WORKDIR /src
-COPY shared/go.mod shared/go.sum shared/
-RUN cd shared && go mod download
-COPY shared/ shared/
-RUN cd shared && go build -trimpath -ldflags "-s -w" -o /out/fake-engine ./fakeengine/cmd/fake-engine
+COPY test/go.mod test/go.sum test/
+RUN cd test && go mod download
+COPY test/ test/
+RUN cd test && go build -trimpath -ldflags "-s -w" -o /out/fake-engine ./fakeengine/cmd/fake-engine
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=builder /out/fake-engine /fake-engine

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/test/fakeengine"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"

@@ -23,7 +23,7 @@ import (
 
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/shared/testenv"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // newApp builds an app through the shared bootstrap with a probe server on a free port.

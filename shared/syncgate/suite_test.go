@@ -17,7 +17,7 @@ import (
 
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/shared/testenv"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 var (

@@ -50,7 +50,7 @@ func applyPodDryRun(ctx context.Context, pod *corev1.Pod) error {
 func TestPodSecurityRestricted(t *testing.T) {
 	root := os.Getenv("E2E_REPO_ROOT")
 	if root == "" {
-		root = ".."
+		root = "../.." // test/e2e, where go test runs
 	}
 	ctx := ctxFor(t, time.Minute)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-psa-" + suffix(), Labels: map[string]string{

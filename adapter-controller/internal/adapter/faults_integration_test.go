@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/test/fakeengine"
 )
 
 // TestEngineFaultsClassified: every way an engine can fail ends in a bounded time with the

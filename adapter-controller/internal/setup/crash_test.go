@@ -19,7 +19,7 @@ import (
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/test/fakeengine"
 )
 
 // process is one adapter-controller process that the test can kill: after kill it makes no

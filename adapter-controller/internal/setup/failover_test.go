@@ -14,8 +14,8 @@ import (
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/fakeengine"
-	"github.com/modelplane/modelplane/shared/testenv"
+	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // listCounter counts the list requests of a configuration: plain LISTs and the initial

@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/testenv"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // writeRequests sums client-go's rest_client_requests_total for the methods that write.

@@ -28,7 +28,7 @@ import (
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	"github.com/modelplane/modelplane/router-controller/internal/setup"
 	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/shared/testenv"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 var (

@@ -19,7 +19,7 @@ import (
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	"github.com/modelplane/modelplane/router-controller/internal/setup"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/testenv"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 const systemNamespace = "modelplane-system"

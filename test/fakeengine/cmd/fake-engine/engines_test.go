@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/test/fakeengine"
 )
 
 func TestSpecFor(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/modelplane/modelplane/shared/fakeengine"
+	"github.com/modelplane/modelplane/test/fakeengine"
 )
 
 // Tests use addresses in 127.0.19.0/24 only, a distinct one per test.

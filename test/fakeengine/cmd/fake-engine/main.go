@@ -44,8 +44,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/modelplane/modelplane/shared/fakeengine"
-	"github.com/modelplane/modelplane/shared/version"
+	"github.com/modelplane/modelplane/test/fakeengine"
 )
 
 type options struct {
@@ -199,7 +198,7 @@ func restConfig(path string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "fake-engine/" + version.Version
+	cfg.UserAgent = "modelplane-fake-engine"
 	return cfg, nil
 }
 

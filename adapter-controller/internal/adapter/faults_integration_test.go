@@ -141,3 +141,44 @@ func TestFailingLoadsBackOffWithoutLeaking(t *testing.T) {
 		t.Errorf("goroutines grew by %d (from %d to %d) over %d failing loads", after-before, before, after, loadsAfter-loadsBefore)
 	}
 }
+
+// TestNonRetryableAnswerFailsAtOnce: an engine answer that retrying cannot change (400 for a
+// bad artifact) makes the adapter Failed after the first attempt, while a retryable one (503)
+// is retried up to the retry limit before the adapter is Failed.
+func TestNonRetryableAnswerFailsAtOnce(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	for name, tc := range map[string]struct {
+		fault        fakeengine.Fault
+		wantAttempts int
+		wantReason   string
+	}{
+		"400 bad artifact": {fakeengine.Fault{Op: fakeengine.OpLoad, Status: 400,
+			Body: `{"error":{"message":"No adapter found for org/bad","type":"NotFoundError","code":400}}`}, 1, "EngineRejected"},
+		"503 retryable": {fakeengine.Fault{Op: fakeengine.OpLoad, Status: 503}, testOptions().Adapter.RetryLimit, "EngineServerError"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns := newNamespace(t)
+			ip := newIP()
+			e := engine(t, ip, 8000, fakeengine.Options{})
+			e.SetFault(tc.fault)
+			modelPod(t, ns, "nr-0", ip, modelLabels("nr"))
+			a := newAdapter(ns, "nr", "nr")
+			if err := k8s.Create(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			failed := waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Failed", func(a *v1alpha1.ModelAdapter) bool {
+				return a.Status.Phase == v1alpha1.ModelAdapterFailed
+			})
+			attempts := e.Loads()
+			c := readyCondition(failed)
+			t.Logf("Failed after %d load attempts: %s", attempts, c.Message)
+			if attempts != tc.wantAttempts {
+				t.Errorf("Failed after %d load attempts, want %d", attempts, tc.wantAttempts)
+			}
+			if c.Reason != tc.wantReason || !strings.Contains(c.Message, fmt.Sprintf("(%d attempts)", tc.wantAttempts)) {
+				t.Errorf("Ready condition %s: %s; want reason %s after %d attempts", c.Reason, c.Message, tc.wantReason, tc.wantAttempts)
+			}
+		})
+	}
+}

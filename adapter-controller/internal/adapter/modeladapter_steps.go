@@ -432,7 +432,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		k := backoffKey{a.Namespace, a.Name, pod.Name, "load"}
 		if wait, n, lastErr := r.backoff.wait(k, r.clock.Now()); wait > 0 {
 			p.failures[pod.Name] = podError{err: lastErr, failures: n}
-			p.failedHard = p.failedHard || n >= r.opts.RetryLimit
+			p.failedHard = p.failedHard || r.hopeless(lastErr, n)
 			p.requeueAfter(wait)
 			if replace {
 				p.rollout.failed = append(p.rollout.failed, pod.Name)
@@ -456,7 +456,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			}
 			n, wait := r.backoff.failed(k, r.clock.Now(), err)
 			p.failures[pod.Name] = podError{err: err, failures: n}
-			p.failedHard = p.failedHard || n >= r.opts.RetryLimit
+			p.failedHard = p.failedHard || r.hopeless(err, n)
 			p.requeueAfter(wait)
 			reason := ReasonLoadFailed
 			if replace {
@@ -519,6 +519,15 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonReloaded, "Load", "Reloaded %s and verified on %d pods: %s",
 			a.Spec.ArtifactURL, len(reloaded), summarize(reloaded, 10))
 	}
+}
+
+// hopeless reports whether a load failure makes the adapter Failed: the engine's answer says
+// repeating the same request cannot succeed without a change (a 400 for a bad artifact,
+// runtime LoRA updating disabled, a wrong API key, an artifact the engine cannot fetch), or
+// the retry limit is reached. Retries go on with backoff either way, so a fixed engine or
+// artifact is picked up.
+func (r *Reconciler) hopeless(err error, failures int) bool {
+	return failures >= r.opts.RetryLimit || !engine.IsRetryable(err)
 }
 
 // summarize lists at most n names and says how many more there are.

@@ -4,7 +4,7 @@
 // A controller declares the resources it reads (typed, unstructured or metadata-only,
 // required or optional) with Gate.Register before the manager starts. Registration creates
 // every informer without blocking, fails at once for a required resource whose API is not
-// served, and skips an optional one. The gate wraps the manager (Gate.Manager): every
+// served, and skips an optional one. The gate wraps the manager (Gate.Manage): every
 // runnable added through the wrapper - controllers built with the controller-runtime
 // builder, garbage collectors, pollers - is started only after the gate opens, and informers
 // of undeclared kinds cannot be created later. Starting the wrapped manager starts the

@@ -58,8 +58,8 @@ const (
 type Options struct {
 	// MaxConcurrentReconciles bounds the adapters reconciled at once. Reconciles wait on the
 	// engines (bounded by MaxParallelEngineCalls) and on the API client (bounded by its
-	// QPS), so this only hides latency: at 4, 200 adapters × 20 pods took 25.7 s, at 16
-	// 13.4 s, where the QPS bound of the API writes is (make bench, docs/performance.md).
+	// QPS), so more workers only hide latency; the default is chosen from make bench
+	// (docs/performance.md has the figures).
 	MaxConcurrentReconciles int
 	// InventoryPeriod is how often each engine pod is asked for its adapters.
 	InventoryPeriod time.Duration

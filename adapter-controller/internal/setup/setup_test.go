@@ -133,7 +133,7 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 			if readyAt < delay {
 				t.Fatalf("/readyz 200 %s after the restart, before the %s Pod list returned", readyAt, delay)
 			}
-		case code >= http.StatusInternalServerError: // controller-runtime answers 500, DESIGN.md allows any 5xx
+		case code >= http.StatusInternalServerError: // controller-runtime answers 500; any 5xx is a closed gate
 			if readyAt > 0 {
 				t.Fatalf("/readyz %d again %s after the restart, after 200 at %s", code, time.Since(restarted), readyAt)
 			}

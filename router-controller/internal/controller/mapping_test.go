@@ -17,7 +17,7 @@ import (
 // routeTo builds a managed route of model with one backend: Service svc in namespace ns.
 func routeTo(t *testing.T, model, ns, svc string) *gatewayv1.HTTPRoute {
 	t.Helper()
-	r, err := routes.BuildRoute(routes.DefaultConfig(), model, []routes.Source{
+	r, err := routes.BuildRoute(routesConfig(), model, []routes.Source{
 		{Kind: "Deployment", Namespace: ns, Name: model, Model: model, Service: svc, Port: 8000},
 	})
 	if err != nil {
@@ -27,7 +27,7 @@ func routeTo(t *testing.T, model, ns, svc string) *gatewayv1.HTTPRoute {
 }
 
 func TestRouteMapping(t *testing.T) {
-	r := &RouteReconciler{cfg: Config{Routes: routes.DefaultConfig()}}
+	r := &RouteReconciler{cfg: Config{Routes: routesConfig()}}
 	route := routeTo(t, "llama", "team-a", "llama")
 	if diff := cmp.Diff([]Key{ModelKey("llama")}, r.routeToModels(t.Context(), route)); diff != "" {
 		t.Errorf("routeToModels (-want +got):\n%s", diff)
@@ -51,7 +51,7 @@ func TestRouteMapping(t *testing.T) {
 // priority, real updates do not.
 func TestEnqueueAfterCoalesces(t *testing.T) {
 	const window = 300 * time.Millisecond
-	r := &RouteReconciler{cfg: Config{Routes: routes.DefaultConfig()}}
+	r := &RouteReconciler{cfg: Config{Routes: routesConfig()}}
 	h := enqueueAfter(window, r.routeToGrants)
 	q := priorityqueue.New[Key]("test-enqueue-after")
 	defer q.ShutDown()
@@ -110,5 +110,15 @@ func TestEnqueueAfterCoalesces(t *testing.T) {
 	case g := <-out:
 		t.Errorf("%s enqueued again: the burst was not coalesced", g.key)
 	case <-time.After(2 * window):
+	}
+}
+
+// routesConfig is the route configuration of the tests: the router's defaults.
+func routesConfig() routes.Config {
+	return routes.Config{
+		GatewayNamespace: routes.DefaultGatewayNamespace,
+		GatewayName:      routes.DefaultGatewayName,
+		Paths:            routes.DefaultPaths,
+		Timeout:          routes.DefaultTimeout,
 	}
 }

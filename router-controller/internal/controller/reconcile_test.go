@@ -86,7 +86,7 @@ func fakeReconciler(t *testing.T, objs []client.Object, failVerb string, failErr
 	rec := events.NewFakeRecorder(100)
 	Register()
 	r := &RouteReconciler{
-		cfg:      Config{Routes: routes.DefaultConfig()},
+		cfg:      Config{Routes: routesConfig()},
 		cache:    c,
 		client:   c,
 		recorder: rec,
@@ -105,7 +105,7 @@ func deploymentObj(name string, labels, annotations map[string]string) *appsv1.D
 
 func builtRoute(t *testing.T, model string, srcs ...routes.Source) *gatewayv1.HTTPRoute {
 	t.Helper()
-	r, err := routes.BuildRoute(routes.DefaultConfig(), model, srcs)
+	r, err := routes.BuildRoute(routesConfig(), model, srcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestReconcileModel(t *testing.T) {
 
 func grantObj(t *testing.T, services ...string) *gatewayv1beta1.ReferenceGrant {
 	t.Helper()
-	gs, err := routes.BuildReferenceGrants(routes.DefaultConfig(), srcNS, services)
+	gs, err := routes.AssignReferenceGrants(routesConfig(), srcNS, services, nil, nil)
 	if err != nil || len(gs) != 1 {
 		t.Fatalf("building grant: %v (%d)", err, len(gs))
 	}

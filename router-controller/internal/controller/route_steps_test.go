@@ -18,7 +18,7 @@ import (
 func desiredRoute(t *testing.T, port int32, paths ...string) *gatewayv1.HTTPRoute {
 	t.Helper()
 	src := routes.Source{Kind: "Deployment", Namespace: "team-a", Name: "llama", Model: "llama", Service: "llama", Port: port, Paths: paths}
-	r, err := routes.BuildRoute(routes.DefaultConfig(), "llama", []routes.Source{src})
+	r, err := routes.BuildRoute(routesConfig(), "llama", []routes.Source{src})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +96,9 @@ func TestMergeRoute(t *testing.T) {
 }
 
 func TestGrantUpToDate(t *testing.T) {
-	cfg := routes.DefaultConfig()
+	cfg := routesConfig()
 	build := func(services ...string) *gatewayv1beta1.ReferenceGrant {
-		gs, err := routes.BuildReferenceGrants(cfg, "team-a", services)
+		gs, err := routes.AssignReferenceGrants(cfg, "team-a", services, nil, nil)
 		if err != nil || len(gs) != 1 {
 			t.Fatalf("building grants: %v (%d grants)", err, len(gs))
 		}
@@ -128,7 +128,7 @@ func TestGrantUpToDate(t *testing.T) {
 }
 
 func TestOwnsGrantAndMapping(t *testing.T) {
-	r := &RouteReconciler{cfg: Config{Routes: routes.DefaultConfig()}}
+	r := &RouteReconciler{cfg: Config{Routes: routesConfig()}}
 	grant := func(name string, labels map[string]string) *gatewayv1beta1.ReferenceGrant {
 		return &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: labels}}
 	}

@@ -18,7 +18,7 @@ const (
 )
 
 // DefaultPaths are the path prefixes every model route matches unless Config.Paths says
-// otherwise. Callers must not modify the slice; use DefaultConfig for a private copy.
+// otherwise. Callers must not modify the slice.
 var DefaultPaths = []string{
 	"/v1/completions",
 	"/v1/chat/completions",
@@ -53,7 +53,7 @@ const (
 	SourcesAnnotation = "modelplane.io/sources"
 )
 
-// Config holds what BuildRoute and BuildReferenceGrants need beyond the sources.
+// Config holds what BuildRoute and AssignReferenceGrants need beyond the sources.
 type Config struct {
 	// GatewayNamespace is where routes are created and where the Gateway lives.
 	GatewayNamespace string
@@ -65,16 +65,6 @@ type Config struct {
 	// Timeout is the request timeout of every rule. Zero leaves timeouts unset (the gateway
 	// implementation's default). Must be a whole number of milliseconds.
 	Timeout time.Duration
-}
-
-// DefaultConfig returns the configuration the controller uses without flags.
-func DefaultConfig() Config {
-	return Config{
-		GatewayNamespace: DefaultGatewayNamespace,
-		GatewayName:      DefaultGatewayName,
-		Paths:            append([]string(nil), DefaultPaths...),
-		Timeout:          DefaultTimeout,
-	}
 }
 
 // Validate reports every reason the configuration cannot produce valid objects.

@@ -2,9 +2,11 @@
 //
 // Everything here is a pure function of its arguments: no API calls, no clock, no randomness.
 // The router reconciler reads sources (Deployments, StatefulSets, ModelAdapters and optional
-// kinds) from its caches, converts each with SourceFromObject, groups them by model name and
-// asks BuildRoute for the desired HTTPRoute and BuildReferenceGrants for the desired
-// ReferenceGrants of every source namespace other than the gateway namespace.
+// kinds) from its caches, converts each with SourceFromObject and groups them by model name:
+// BuildRoute gives the desired HTTPRoute of each model. ReferenceGrants are reconciled per
+// source namespace (other than the gateway namespace), batched over a short window:
+// AssignReferenceGrants gives the grants that admit exactly the Services routed to there,
+// given the grants that exist.
 //
 // # Sources
 //

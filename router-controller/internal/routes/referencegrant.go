@@ -12,15 +12,6 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
-// BuildReferenceGrants returns the ReferenceGrants that let routes in the gateway namespace
-// reference exactly the given Services in namespace when none exist yet: the sorted
-// Services cut into groups of MaxReferenceGrantTo, one grant each, named
-// ReferenceGrantName(gateway namespace, i). It is AssignReferenceGrants without current
-// grants; see there for the rules.
-func BuildReferenceGrants(cfg Config, namespace string, services []string) ([]*gatewayv1beta1.ReferenceGrant, error) {
-	return AssignReferenceGrants(cfg, namespace, services, nil, nil)
-}
-
 // AssignReferenceGrants returns the ReferenceGrants that let routes in the gateway
 // namespace reference exactly the given Services in namespace (duplicates merged, order
 // irrelevant), changing as few of the current grants as it can: a Service stays in the
@@ -168,20 +159,4 @@ func newReferenceGrant(cfg Config, namespace, name string, services []string) *g
 			To: to,
 		},
 	}
-}
-
-// ServicesByNamespace returns, for every namespace other than the gateway namespace, the
-// sorted distinct Services that sources route to: the services argument of
-// BuildReferenceGrants. Pass only sources whose routes are published.
-func ServicesByNamespace(cfg Config, sources []Source) map[string][]string {
-	out := map[string][]string{}
-	for _, s := range sources {
-		if s.Namespace != cfg.GatewayNamespace {
-			out[s.Namespace] = append(out[s.Namespace], s.Service)
-		}
-	}
-	for ns, svcs := range out {
-		out[ns] = dedupSorted(svcs)
-	}
-	return out
 }

@@ -41,7 +41,8 @@ func wantGrant(name string, services ...string) *gatewayv1beta1.ReferenceGrant {
 	}
 }
 
-func TestBuildReferenceGrants(t *testing.T) {
+// TestAssignReferenceGrantsFresh: grants for a namespace that has none yet.
+func TestAssignReferenceGrantsFresh(t *testing.T) {
 	var seventeen []string
 	for i := 16; i >= 0; i-- { // reverse order: output must be sorted anyway
 		seventeen = append(seventeen, fmt.Sprintf("svc-%02d", i))
@@ -78,7 +79,7 @@ func TestBuildReferenceGrants(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := BuildReferenceGrants(testConfig(), tc.namespace, tc.services)
+			got, err := AssignReferenceGrants(testConfig(), tc.namespace, tc.services, nil, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
@@ -86,10 +87,10 @@ func TestBuildReferenceGrants(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("BuildReferenceGrants: %v", err)
+				t.Fatalf("AssignReferenceGrants: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("BuildReferenceGrants mismatch (-want +got):\n%s", diff)
+				t.Errorf("AssignReferenceGrants mismatch (-want +got):\n%s", diff)
 			}
 			for _, g := range got {
 				if !IsManaged(g) {
@@ -100,20 +101,6 @@ func TestBuildReferenceGrants(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestServicesByNamespace(t *testing.T) {
-	sources := []Source{
-		src("Deployment", "team-b", "b", "m1", "svc-b", 8000),
-		src("Deployment", "team-a", "a", "m1", "svc-a", 8000),
-		src("StatefulSet", "team-a", "a", "m2", "svc-a", 9000),
-		src(KindModelAdapter, "team-a", "lora", "lora", "lora", 8000),
-		src("Deployment", "aibrix-system", "c", "m3", "svc-c", 8000),
-	}
-	want := map[string][]string{"team-a": {"lora", "svc-a"}, "team-b": {"svc-b"}}
-	if diff := cmp.Diff(want, ServicesByNamespace(testConfig(), sources)); diff != "" {
-		t.Errorf("ServicesByNamespace mismatch (-want +got):\n%s", diff)
 	}
 }
 

@@ -107,7 +107,8 @@ func TestBuildRoute(t *testing.T) {
 }
 
 func TestBuildRouteDefaultConfig(t *testing.T) {
-	got, err := BuildRoute(DefaultConfig(), "llama", []Source{src("Deployment", "aibrix-system", "llama", "llama", "llama", 8000)})
+	cfg := Config{GatewayNamespace: DefaultGatewayNamespace, GatewayName: DefaultGatewayName, Paths: DefaultPaths, Timeout: DefaultTimeout}
+	got, err := BuildRoute(cfg, "llama", []Source{src("Deployment", "aibrix-system", "llama", "llama", "llama", 8000)})
 	if err != nil {
 		t.Fatalf("BuildRoute: %v", err)
 	}

@@ -47,8 +47,8 @@ type Options struct {
 	// ExtraWorkloadKinds are optional source kinds as group/version/Kind.
 	ExtraWorkloadKinds []string
 	// MaxConcurrentReconciles bounds parallel reconciles. A reconcile is mostly one API
-	// round trip; with 2 workers 1 000 new routes took 27 s against 18 s for a bare client at
-	// the same QPS, with 8 they take 18.4 s (make bench, docs/performance.md).
+	// round trip, so a few workers keep the client's QPS busy; the default is chosen from
+	// make bench (docs/performance.md has the figures).
 	MaxConcurrentReconciles int
 	// GrantBatchWindow delays the ReferenceGrant reconcile of a namespace after a route
 	// change, so that a burst of routes costs one grant write.

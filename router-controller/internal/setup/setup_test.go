@@ -29,14 +29,22 @@ func TestDefaults(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
-	if diff := cmp.Diff(routes.DefaultConfig(), o.RoutesConfig()); diff != "" {
+	// The values README.md documents, written out: a changed constant must fail here.
+	want := routes.Config{
+		GatewayNamespace: "aibrix-system",
+		GatewayName:      "aibrix-eg",
+		Paths: []string{"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
+			"/v1/rerank", "/v1/classify", "/generate", "/generatevideo", "/v1/audio/transcriptions", "/v1/audio/translations"},
+		Timeout: 120 * time.Second,
+	}
+	if diff := cmp.Diff(want, o.RoutesConfig()); diff != "" {
 		t.Errorf("route configuration (-want +got):\n%s", diff)
 	}
-	if o.MaxConcurrentReconciles < 1 {
-		t.Errorf("default --max-concurrent-reconciles = %d", o.MaxConcurrentReconciles)
+	if o.MaxConcurrentReconciles != 8 {
+		t.Errorf("default --max-concurrent-reconciles = %d, want 8", o.MaxConcurrentReconciles)
 	}
-	if o.GrantBatchWindow != controller.DefaultGrantBatchWindow {
-		t.Errorf("default --grant-batch-window = %s, want %s", o.GrantBatchWindow, controller.DefaultGrantBatchWindow)
+	if o.GrantBatchWindow != 500*time.Millisecond {
+		t.Errorf("default --grant-batch-window = %s, want 500ms", o.GrantBatchWindow)
 	}
 }
 

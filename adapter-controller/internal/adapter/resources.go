@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,21 +17,19 @@ import (
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 )
 
-// enginePort is the port of the adapter's Service: the port label of its first instance (or
-// of the first candidate), default 8000.
+// enginePort is the port of the adapter's Service: the engine port of its first instance
+// (or of the first candidate), the default without either. An instance's port is valid: a
+// pod with a bad port label cannot be loaded on.
 func enginePort(p *pass) int32 {
 	pods := p.instances
 	if len(pods) == 0 {
 		pods = p.candidates
 	}
-	for _, pod := range pods {
-		if v, ok := pod.Labels[v1alpha1.ModelPortLabel]; ok {
-			if n, err := strconv.Atoi(v); err == nil && n > 0 && n <= 65535 {
-				return int32(n)
-			}
-		}
+	if len(pods) == 0 {
+		return v1alpha1.DefaultEnginePort
 	}
-	return v1alpha1.DefaultEnginePort
+	port, _ := v1alpha1.EnginePort(pods[0].Labels) // a bad value: the default, as documented
+	return port
 }
 
 // syncResources keeps the headless Service (no selector) and the EndpointSlice of the

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 )
 
 // Kind is the kind of API an Endpoint is driven through.
@@ -26,14 +28,14 @@ const (
 // They match AIBrix so that AIBrix manifests apply unchanged.
 const (
 	// LabelEngine names the engine: "vllm" (also when absent) or "sglang".
-	LabelEngine = "model.aibrix.ai/engine"
+	LabelEngine = v1alpha1.EngineLabel
 	// LabelPort is the engine's HTTP port; DefaultEnginePort when absent.
-	LabelPort = "model.aibrix.ai/port"
+	LabelPort = v1alpha1.ModelPortLabel
 	// RuntimeContainerName is the container name of the AIBrix runtime
 	// sidecar. A pod with it is driven through the sidecar.
 	RuntimeContainerName = "aibrix-runtime"
 	// DefaultEnginePort is the engine port when the pod has no LabelPort.
-	DefaultEnginePort = 8000
+	DefaultEnginePort = v1alpha1.DefaultEnginePort
 	// RuntimePort is the port of the AIBrix runtime sidecar's API.
 	RuntimePort = 8080
 )
@@ -166,14 +168,11 @@ func EndpointForPod(pod *corev1.Pod, apiKey string) (Endpoint, error) {
 		}
 	}
 
-	enginePort := DefaultEnginePort
-	if v, ok := pod.Labels[LabelPort]; ok {
-		p, err := strconv.Atoi(v)
-		if err != nil || !validPort(p) {
-			return invalid(ReasonInvalidEndpoint, "pod %s: label %s=%q is not a port number in 1-65535", name, LabelPort, v)
-		}
-		enginePort = p
+	port, err := v1alpha1.EnginePort(pod.Labels)
+	if err != nil {
+		return invalid(ReasonInvalidEndpoint, "pod %s: %v", name, err)
 	}
+	enginePort := int(port)
 
 	host, err := parsePodIP(pod.Status.PodIP)
 	if err != nil {

@@ -88,19 +88,19 @@ func TestEndpointForPod(t *testing.T) {
 		},
 		"port not a number": {
 			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: "http"}}),
-			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="http" is not a port number in 1-65535`},
+			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port value "http" is not a decimal number`},
 		},
 		"port zero": {
 			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: "0"}}),
-			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="0" is not a port number in 1-65535`},
+			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port value "0" is out of range 1-65535`},
 		},
 		"port too large": {
 			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: "65536"}}),
-			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="65536" is not a port number in 1-65535`},
+			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port value "65536" is out of range 1-65535`},
 		},
 		"port empty": {
 			pod:     makePod(podOpts{ip: "127.0.40.7", labels: map[string]string{LabelPort: ""}}),
-			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port="" is not a port number in 1-65535`},
+			wantErr: &errView{Reason: ReasonInvalidEndpoint, Message: `pod ns/engine-0: label model.aibrix.ai/port value "" is not a decimal number`},
 		},
 		"no pod IP": {
 			pod:     makePod(podOpts{}),

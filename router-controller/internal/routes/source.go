@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -92,15 +91,9 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 		src.Service = src.Model
 	}
 
-	var port string
-	src.Port, port = modelv1alpha1.DefaultEnginePort, labels[modelv1alpha1.ModelPortLabel]
-	if port != "" {
-		if p, err := parsePort(port); err != nil {
-			problems = append(problems, fmt.Sprintf("Label %s value %q is not a port: %v; using %d",
-				modelv1alpha1.ModelPortLabel, port, err, modelv1alpha1.DefaultEnginePort))
-		} else {
-			src.Port = p
-		}
+	var err error
+	if src.Port, err = modelv1alpha1.EnginePort(labels); err != nil {
+		problems = append(problems, fmt.Sprintf("%s; using %d", capitalize(err.Error()), src.Port))
 	}
 
 	var pathProblems []string
@@ -117,16 +110,12 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	return src, true, problems
 }
 
-// parsePort parses a port label value; valid ports are 1-65535.
-func parsePort(s string) (int32, error) {
-	p, err := strconv.ParseInt(s, 10, 32)
-	if err != nil {
-		return 0, errors.New("not a decimal number")
+// capitalize makes an error message the start of a Warning sentence.
+func capitalize(s string) string {
+	if s == "" {
+		return s
 	}
-	if p < 1 || p > 65535 {
-		return 0, errors.New("out of range 1-65535")
-	}
-	return int32(p), nil
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // parseCustomPaths splits the custom-paths annotation. Entries are trimmed, empty ones

@@ -105,22 +105,22 @@ func TestSourceFromObject(t *testing.T) {
 		"non-numeric port": {
 			kind: "Deployment", obj: deployment(map[string]string{nameKey: "llama", portKey: "http"}, nil),
 			want: base("llama", "llama", 8000), wantOK: true,
-			wantProblems: []string{`Label model.aibrix.ai/port value "http" is not a port: not a decimal number; using 8000`},
+			wantProblems: []string{`Label model.aibrix.ai/port value "http" is not a decimal number; using 8000`},
 		},
 		"zero port": {
 			kind: "Deployment", obj: deployment(map[string]string{nameKey: "llama", portKey: "0"}, nil),
 			want: base("llama", "llama", 8000), wantOK: true,
-			wantProblems: []string{`Label model.aibrix.ai/port value "0" is not a port: out of range 1-65535; using 8000`},
+			wantProblems: []string{`Label model.aibrix.ai/port value "0" is out of range 1-65535; using 8000`},
 		},
 		"port above 65535": {
 			kind: "Deployment", obj: deployment(map[string]string{nameKey: "llama", portKey: "65536"}, nil),
 			want: base("llama", "llama", 8000), wantOK: true,
-			wantProblems: []string{`Label model.aibrix.ai/port value "65536" is not a port: out of range 1-65535; using 8000`},
+			wantProblems: []string{`Label model.aibrix.ai/port value "65536" is out of range 1-65535; using 8000`},
 		},
 		"port beyond int32": {
 			kind: "Deployment", obj: deployment(map[string]string{nameKey: "llama", portKey: "99999999999"}, nil),
 			want: base("llama", "llama", 8000), wantOK: true,
-			wantProblems: []string{`Label model.aibrix.ai/port value "99999999999" is not a port: not a decimal number; using 8000`},
+			wantProblems: []string{`Label model.aibrix.ai/port value "99999999999" is not a decimal number; using 8000`},
 		},
 		"custom paths trimmed, deduplicated and sorted": {
 			kind: "Deployment",
@@ -156,7 +156,7 @@ func TestSourceFromObject(t *testing.T) {
 			kind: "Deployment",
 			obj:  deployment(map[string]string{nameKey: "llama", portKey: "x"}, map[string]string{svcKey: "Bad_Svc"}),
 			wantProblems: []string{
-				`Label model.aibrix.ai/port value "x" is not a port: not a decimal number; using 8000`,
+				`Label model.aibrix.ai/port value "x" is not a decimal number; using 8000`,
 				`Service name "Bad_Svc" for model "llama" is not a valid Service name: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')`,
 			},
 		},

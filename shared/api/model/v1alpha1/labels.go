@@ -1,5 +1,10 @@
 package v1alpha1
 
+import (
+	"fmt"
+	"strconv"
+)
+
 // Labels and annotations shared with AIBrix. Manifests written for AIBrix use these keys, so
 // they are part of the API contract and must never change.
 const (
@@ -26,3 +31,23 @@ const (
 	// DefaultEnginePort is the engine port when a pod or workload has no port label.
 	DefaultEnginePort = 8000
 )
+
+// EnginePort returns the engine port a pod or workload declares with ModelPortLabel:
+// DefaultEnginePort when the label is absent, the label's value when it is a decimal port
+// number in 1-65535, and otherwise DefaultEnginePort with an error naming the label and its
+// value. Callers decide what a bad value means for them: the adapter-controller does not
+// address such a pod, the router-controller routes to the default port with a Warning.
+func EnginePort(labels map[string]string) (int32, error) {
+	v, ok := labels[ModelPortLabel]
+	if !ok {
+		return DefaultEnginePort, nil
+	}
+	p, err := strconv.ParseInt(v, 10, 32)
+	switch {
+	case err != nil:
+		return DefaultEnginePort, fmt.Errorf("label %s value %q is not a decimal number", ModelPortLabel, v)
+	case p < 1 || p > 65535:
+		return DefaultEnginePort, fmt.Errorf("label %s value %q is out of range 1-65535", ModelPortLabel, v)
+	}
+	return int32(p), nil
+}

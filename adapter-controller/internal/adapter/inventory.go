@@ -320,6 +320,7 @@ func (i *Inventory) poll(ctx context.Context) error {
 
 	sem := semaphore.NewWeighted(int64(i.parallel))
 	var wg sync.WaitGroup
+	keys := apiKeys{get: i.apiKey, byRef: map[apiKeyRef]apiKeyResult{}}
 	for key, t := range targets {
 		pod := &corev1.Pod{}
 		if err := i.reader.Get(ctx, key, pod); err != nil {
@@ -331,7 +332,7 @@ func (i *Inventory) poll(ctx context.Context) error {
 		if !podServes(pod) {
 			continue
 		}
-		ep, ok := i.endpoint(ctx, pod, t)
+		ep, ok := i.endpoint(ctx, pod, t, &keys)
 		if !ok {
 			continue
 		}
@@ -367,10 +368,10 @@ func (i *Inventory) poll(ctx context.Context) error {
 // endpoint is how the poll reaches the pod: with the API key of an adapter recording it,
 // else the one that stray loads were made with. A pod it cannot address is skipped (and
 // logged): the reconciles of its adapters report why.
-func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget) (engine.Endpoint, bool) {
+func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget, keys *apiKeys) (engine.Endpoint, bool) {
 	apiKey := ""
 	if t.keyOf != nil {
-		key, err := i.apiKey(ctx, t.keyOf)
+		key, err := keys.of(ctx, t.keyOf)
 		if err != nil {
 			klog.FromContext(ctx).V(4).Info("Skipping a pod: no API key", "pod", klog.KObj(pod), "err", err.Error())
 			return engine.Endpoint{}, false
@@ -389,6 +390,38 @@ func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget
 		return engine.Endpoint{}, false
 	}
 	return ep, true
+}
+
+// apiKeys reads the engine API keys of one poll: one read per credentials Secret (or
+// additionalConfig key) per poll, however many pods it serves. A Secret watch would save
+// even that, but needs list and watch on Secrets, which the controller's RBAC does not
+// grant: it may only get the Secrets adapters name.
+type apiKeys struct {
+	get   func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
+	byRef map[apiKeyRef]apiKeyResult
+}
+
+// apiKeyRef is where an adapter's API key comes from.
+type apiKeyRef struct {
+	namespace, secret, inline string
+}
+
+type apiKeyResult struct {
+	key string
+	err error
+}
+
+func (k *apiKeys) of(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
+	ref := apiKeyRef{namespace: a.Namespace, inline: a.Spec.AdditionalConfig[APIKeySecretKey]}
+	if a.Spec.CredentialsSecretRef != nil {
+		ref.secret = a.Spec.CredentialsSecretRef.Name
+	}
+	r, ok := k.byRef[ref]
+	if !ok {
+		r.key, r.err = k.get(ctx, a)
+		k.byRef[ref] = r
+	}
+	return r.key, r.err
 }
 
 // forgetStrays drops the stray loads of a pod that is gone.

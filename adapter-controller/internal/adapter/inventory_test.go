@@ -1,16 +1,24 @@
 package adapter
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 )
 
 func adapters(names ...string) []engine.Adapter {
@@ -50,5 +58,57 @@ func TestInventoryPodsListing(t *testing.T) {
 				t.Errorf("PodsListing(%q, %q) = %v, want %v", tt.ns, tt.adapter, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPollReadsEachAPIKeyOnce: a poll of 6 pods recorded by 3 adapters that share one
+// credentials Secret reads the key once, not once per pod.
+func TestPollReadsEachAPIKeyOnce(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var objs []client.Object
+	var names []string
+	for i := range 6 {
+		name := fmt.Sprintf("p%d", i)
+		names = append(names, name)
+		objs = append(objs, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)},
+			Status: corev1.PodStatus{PodIP: fmt.Sprintf("127.0.40.%d", i+1),
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		})
+	}
+	for i := range 3 {
+		objs = append(objs, &v1alpha1.ModelAdapter{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("a%d", i)},
+			Spec:       v1alpha1.ModelAdapterSpec{CredentialsSecretRef: &corev1.LocalObjectReference{Name: "creds"}},
+			Status:     v1alpha1.ModelAdapterStatus{Instances: names},
+		})
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	f := newFakeEngine()
+	var reads atomic.Int32
+	inv := NewInventory(f, reader, time.Minute, 4, clock.RealClock{}, inventoryHooks{
+		apiKey: func(context.Context, *v1alpha1.ModelAdapter) (string, error) {
+			reads.Add(1)
+			return "key", nil
+		},
+		acquire: func(context.Context) error { return nil }, release: func() {},
+	})
+	if err := inv.poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.count(&f.lists); got != 6 {
+		t.Errorf("%d listings, want one per pod (6)", got)
+	}
+	if got := reads.Load(); got != 1 {
+		t.Errorf("the API key was read %d times in one poll of 6 pods, want once", got)
+	}
+	if got := f.listsByKey["key"]; got != 6 {
+		t.Errorf("%d listings with the API key, want 6", got)
 	}
 }

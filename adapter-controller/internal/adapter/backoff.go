@@ -77,3 +77,15 @@ func (b *backoffs) forgetAdapter(namespace, adapter string) {
 		}
 	}
 }
+
+// retain drops the entries of an adapter's op whose pod is not in pods: a pod that is gone,
+// or no longer chosen, has nothing left to back off from.
+func (b *backoffs) retain(namespace, adapter, op string, pods map[string]bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k := range b.entries {
+		if k.namespace == namespace && k.adapter == adapter && k.op == op && !pods[k.pod] {
+			delete(b.entries, k)
+		}
+	}
+}

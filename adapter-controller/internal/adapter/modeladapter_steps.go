@@ -391,11 +391,16 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		return
 	}
 	var toUnload []*corev1.Pod
+	unloadable := map[string]bool{}
 	for _, pod := range holding {
 		if !desired[pod.Name] {
 			toUnload = append(toUnload, pod)
+			unloadable[pod.Name] = true
 		}
 	}
+	// Backoff entries of pods that are gone or no longer chosen are dropped.
+	r.backoff.retain(a.Namespace, a.Name, "load", desired)
+	r.backoff.retain(a.Namespace, a.Name, "unload", unloadable)
 	for _, name := range notHolding {
 		if !desired[name] {
 			p.notHolding = append(p.notHolding, name)

@@ -123,6 +123,17 @@ func TestBackoff(t *testing.T) {
 	if d, _, _ := b.wait(k, now); d != 0 {
 		t.Error("forgetAdapter kept an entry")
 	}
+
+	// retain keeps the entries of the pods named, of that adapter and op only.
+	for _, k := range []backoffKey{{"ns", "a", "gone", "load"}, {"ns", "a", "kept", "load"}, {"ns", "a", "gone", "unload"}, {"ns", "b", "gone", "load"}} {
+		b.failed(k, now, errors.New("x"))
+	}
+	b.retain("ns", "a", "load", map[string]bool{"kept": true})
+	for k, want := range map[backoffKey]bool{{"ns", "a", "gone", "load"}: false, {"ns", "a", "kept", "load"}: true, {"ns", "a", "gone", "unload"}: true, {"ns", "b", "gone", "load"}: true} {
+		if d, _, _ := b.wait(k, now); (d > 0) != want {
+			t.Errorf("after retain, entry %v kept = %v, want %v", k, d > 0, want)
+		}
+	}
 }
 
 func TestComputeStatus(t *testing.T) {

@@ -164,19 +164,34 @@ func TestNonRetryableAnswerFailsAtOnce(t *testing.T) {
 			e.SetFault(tc.fault)
 			modelPod(t, ns, "nr-0", ip, modelLabels("nr"))
 			a := newAdapter(ns, "nr", "nr")
+			// Every status write is seen (a watch, not polling): the first one that says
+			// Failed tells after how many attempts the adapter failed.
+			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: k8s.Scheme()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := wc.Watch(ctx, &v1alpha1.ModelAdapterList{}, client.InNamespace(ns))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
 			if err := k8s.Create(ctx, a); err != nil {
 				t.Fatal(err)
 			}
-			failed := waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Failed", func(a *v1alpha1.ModelAdapter) bool {
-				return a.Status.Phase == v1alpha1.ModelAdapterFailed
-			})
-			attempts := e.Loads()
-			c := readyCondition(failed)
-			t.Logf("Failed after %d load attempts: %s", attempts, c.Message)
-			if attempts != tc.wantAttempts {
-				t.Errorf("Failed after %d load attempts, want %d", attempts, tc.wantAttempts)
+			var failed *v1alpha1.ModelAdapter
+			for failed == nil {
+				select {
+				case ev := <-w.ResultChan():
+					if got, ok := ev.Object.(*v1alpha1.ModelAdapter); ok && got.Status.Phase == v1alpha1.ModelAdapterFailed {
+						failed = got
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("timed out after 30s waiting for the adapter to be Failed")
+				}
 			}
-			if c.Reason != tc.wantReason || !strings.Contains(c.Message, fmt.Sprintf("(%d attempts)", tc.wantAttempts)) {
+			c := readyCondition(failed)
+			t.Logf("Failed: %s", c.Message)
+			if c.Reason != tc.wantReason || !strings.Contains(c.Message, fmt.Sprintf("(%d attempts)", tc.wantAttempts)) || e.Loads() < tc.wantAttempts {
 				t.Errorf("Ready condition %s: %s; want reason %s after %d attempts", c.Reason, c.Message, tc.wantReason, tc.wantAttempts)
 			}
 		})

@@ -121,22 +121,8 @@ func engine(t *testing.T, ip string, port int, opts fakeengine.Options) *fakeeng
 // modelPod creates a Ready pod with the given IP, as a kubelet would report it.
 func modelPod(t *testing.T, ns, name, ip string, labels map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
-	ctx := ctxFor(t)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}},
-	}
-	for _, m := range mutate {
-		m(pod)
-	}
-	if err := k8s.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-	}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
+	pod, err := testenv.CreateReadyPod(ctxFor(t), k8s, ns, name, ip, labels, mutate...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return pod

@@ -20,6 +20,7 @@ import (
 	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // process is one adapter-controller process that the test can kill: after kill it makes no
@@ -118,14 +119,7 @@ func newCrashFleet(ctx context.Context, t *testing.T, pods, adapters int) *crash
 		t.Cleanup(e.Close)
 		name := fmt.Sprintf("crash-%d", i)
 		f.engines[name] = e
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
-		if err := k8s.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-		if err := k8s.Status().Update(ctx, pod); err != nil {
+		if _, err := testenv.CreateReadyPod(ctx, k8s, f.ns, name, ip, labels); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -78,14 +78,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	defer e.Close()
 	labels := map[string]string{v1alpha1.ModelNameLabel: "fo", v1alpha1.AdapterEnabledLabel: "true"}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fo-0", Namespace: ns.Name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
-	if err := k8s.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
+	if _, err := testenv.CreateReadyPod(ctx, k8s, ns.Name, "fo-0", ip, labels); err != nil {
 		t.Fatal(err)
 	}
 	newAdapter := func(name string) *v1alpha1.ModelAdapter {

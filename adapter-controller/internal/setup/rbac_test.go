@@ -121,14 +121,7 @@ func TestRBACSufficient(t *testing.T) {
 	}
 	defer e.Close()
 	labels := map[string]string{v1alpha1.ModelNameLabel: "rbac", v1alpha1.AdapterEnabledLabel: "true"}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rbac-0", Namespace: ns.Name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
-	if err := k8s.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
+	if _, err := testenv.CreateReadyPod(ctx, k8s, ns.Name, "rbac-0", ip, labels); err != nil {
 		t.Fatal(err)
 	}
 	a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Name: "lora", Namespace: ns.Name},

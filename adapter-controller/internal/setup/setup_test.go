@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,14 +77,7 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	}
 	defer e.Close()
 	labels := map[string]string{v1alpha1.ModelNameLabel: "m", v1alpha1.AdapterEnabledLabel: "true"}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "m-0", Namespace: "default", Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
-	if err := k8s.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
+	if _, err := testenv.CreateReadyPod(ctx, k8s, "default", "m-0", ip, labels); err != nil {
 		t.Fatal(err)
 	}
 	a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Name: "lora", Namespace: "default"},

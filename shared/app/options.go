@@ -72,17 +72,23 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long each informer cache may take to sync before the process exits with the cause.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long running work may take to finish on shutdown.")
 	fs.Func("watch-namespace", "Comma-separated namespaces to watch (default: all).", func(s string) error {
-		o.WatchNamespaces = nil
-		for _, ns := range strings.Split(s, ",") {
-			if ns = strings.TrimSpace(ns); ns != "" {
-				o.WatchNamespaces = append(o.WatchNamespaces, ns)
-			}
-		}
+		o.WatchNamespaces = SplitList(s)
 		return nil
 	})
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "Sustained requests per second to the API server, per resource kind: controller-runtime gives each kind its own REST client and rate limiter, and Events have theirs.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of requests to the API server, per resource kind (see --kube-api-qps).")
 	klog.InitFlags(fs)
+}
+
+// SplitList splits a comma-separated flag value: items trimmed, empty ones dropped.
+func SplitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // Validate checks the options and says what is wrong with each bad one.

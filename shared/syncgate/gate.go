@@ -149,7 +149,7 @@ func (g *Gate) Register(ctx context.Context, resources ...Resource) error {
 		}
 		for _, t := range g.resources {
 			if t.gvk == gvk {
-				return fmt.Errorf("sync gate: %s is declared twice", gvkString(gvk))
+				return fmt.Errorf("sync gate: %s is declared twice", GVKString(gvk))
 			}
 		}
 		t := &tracked{res: r, gvk: gvk, labels: metrics.ResourceLabels{Controller: g.opts.Controller, GVK: gvk}}
@@ -167,13 +167,13 @@ func (g *Gate) Register(ctx context.Context, resources ...Resource) error {
 			t.skip()
 			log.Info("Skipping optional resource: its API is not served")
 		case meta.IsNoMatchError(err):
-			return fmt.Errorf("sync gate: required resource %s is not served by the API server (is its CRD installed?): %w", gvkString(gvk), err)
+			return fmt.Errorf("sync gate: required resource %s is not served by the API server (is its CRD installed?): %w", GVKString(gvk), err)
 		default:
 			t.recordErr(err)
 			log.Info("Discovery failed, retrying after start", "reason", Classify(err), "err", err.Error())
 		}
 		if err := g.mgr.AddReadyzCheck(checkName(gvk), t.readyCheck); err != nil {
-			return fmt.Errorf("sync gate: adding readiness check for %s: %w", gvkString(gvk), err)
+			return fmt.Errorf("sync gate: adding readiness check for %s: %w", GVKString(gvk), err)
 		}
 		g.resources = append(g.resources, t)
 	}
@@ -387,12 +387,14 @@ type SyncError struct {
 func (e *SyncError) Error() string {
 	parts := make([]string, 0, len(e.Pending))
 	for _, p := range e.Pending {
-		parts = append(parts, fmt.Sprintf("%s (%s: %v)", gvkString(p.GVK), p.Reason, p.Err))
+		parts = append(parts, fmt.Sprintf("%s (%s: %v)", GVKString(p.GVK), p.Reason, p.Err))
 	}
 	return fmt.Sprintf("caches of %s did not sync within %s: %s", e.Controller, e.Timeout, strings.Join(parts, "; "))
 }
 
-func gvkString(gvk schema.GroupVersionKind) string {
+// GVKString renders a kind as group/version/Kind, or version/Kind for the core group, the
+// form used in this package's errors and by the flags that name kinds.
+func GVKString(gvk schema.GroupVersionKind) string {
 	if gvk.Group == "" {
 		return gvk.Version + "/" + gvk.Kind
 	}

@@ -137,12 +137,12 @@ func (g *Gate) declared(gvk schema.GroupVersionKind, f form) error {
 			continue
 		}
 		if have := formOf(t.res.Object); have != f {
-			return fmt.Errorf("sync gate: %s is declared %s but requested %s", gvkString(gvk), have, f)
+			return fmt.Errorf("sync gate: %s is declared %s but requested %s", GVKString(gvk), have, f)
 		}
 		if t.isSkipped() {
-			return fmt.Errorf("sync gate: optional resource %s was skipped: its API is not served", gvkString(gvk))
+			return fmt.Errorf("sync gate: optional resource %s was skipped: its API is not served", GVKString(gvk))
 		}
 		return nil
 	}
-	return fmt.Errorf("sync gate: %s was not declared; register it with the gate before starting the manager", gvkString(gvk))
+	return fmt.Errorf("sync gate: %s was not declared; register it with the gate before starting the manager", GVKString(gvk))
 }

@@ -104,7 +104,7 @@ func (t *tracked) readyCheck(_ *http.Request) error {
 	}
 	if t.last != nil {
 		return fmt.Errorf("%s pending: initial list not complete; last error (%s, %d so far): %w",
-			gvkString(t.gvk), Classify(t.last), t.count, t.last)
+			GVKString(t.gvk), Classify(t.last), t.count, t.last)
 	}
-	return fmt.Errorf("%s pending: initial list not complete", gvkString(t.gvk))
+	return fmt.Errorf("%s pending: initial list not complete", GVKString(t.gvk))
 }

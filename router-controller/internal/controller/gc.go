@@ -85,7 +85,7 @@ func (r *RouteReconciler) allKeys(ctx context.Context) ([]Key, error) {
 			return nil, err
 		}
 		for i := range list.Items {
-			if m := claimedModel(k.GVK.Kind, &list.Items[i]); m != "" {
+			if m := routes.ClaimedModel(k.GVK.Kind, &list.Items[i]); m != "" {
 				keys[ModelKey(m)] = true
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/syncgate"
 )
 
 // SourceKind is a kind of model workload the router reads, metadata-only.
@@ -35,12 +36,7 @@ func DefaultSourceKinds() []SourceKind {
 }
 
 // String renders the kind as group/version/Kind.
-func (k SourceKind) String() string {
-	if k.GVK.Group == "" {
-		return k.GVK.Version + "/" + k.GVK.Kind
-	}
-	return k.GVK.Group + "/" + k.GVK.Version + "/" + k.GVK.Kind
-}
+func (k SourceKind) String() string { return syncgate.GVKString(k.GVK) }
 
 // Object returns an empty metadata-only object of the kind, for caches and watches.
 func (k SourceKind) Object() *metav1.PartialObjectMetadata {
@@ -68,24 +64,6 @@ type sourceObject struct {
 	obj  *metav1.PartialObjectMetadata
 }
 
-// claimedModel returns the model name a workload claims, whether or not it can be routed:
-// the label model.aibrix.ai/name, else the annotation of that key, else (ModelAdapters
-// only) the adapter's name. It agrees with routes.SourceFromObject on every routable
-// workload and also names the model of unroutable ones, so that their problems are
-// reported from the reconcile of that model.
-func claimedModel(kind string, obj metav1.Object) string {
-	if m := obj.GetLabels()[v1alpha1.ModelNameLabel]; m != "" {
-		return m
-	}
-	if m := obj.GetAnnotations()[v1alpha1.ModelNameLabel]; m != "" {
-		return m
-	}
-	if kind == routes.KindModelAdapter {
-		return obj.GetName()
-	}
-	return ""
-}
-
 // Field indexes on the caches.
 const (
 	// sourceIndex indexes workloads by modelIndexValue(model) and
@@ -102,7 +80,7 @@ func routeIndexValue(routeName string) string { return "route:" + routeName }
 // sourceIndexValues is the indexer of sourceIndex for workloads of kind.
 func sourceIndexValues(kind string) client.IndexerFunc {
 	return func(obj client.Object) []string {
-		m := claimedModel(kind, obj)
+		m := routes.ClaimedModel(kind, obj)
 		if m == "" {
 			return nil
 		}

@@ -44,7 +44,7 @@ func TestClaimedModel(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := claimedModel(tc.kind, tc.obj)
+			got := routes.ClaimedModel(tc.kind, tc.obj)
 			if got != tc.want {
 				t.Errorf("claimedModel = %q, want %q", got, tc.want)
 			}

@@ -27,7 +27,7 @@ import (
 // workloadToModel maps a workload of kind to the model it claims.
 func (r *RouteReconciler) workloadToModel(kind SourceKind) handler.TypedMapFunc[*metav1.PartialObjectMetadata, Key] {
 	return func(_ context.Context, obj *metav1.PartialObjectMetadata) []Key {
-		if m := claimedModel(kind.GVK.Kind, obj); m != "" {
+		if m := routes.ClaimedModel(kind.GVK.Kind, obj); m != "" {
 			return []Key{ModelKey(m)}
 		}
 		return nil
@@ -66,7 +66,7 @@ func (r *RouteReconciler) routeToModels(ctx context.Context, route *gatewayv1.HT
 		ctrl.LoggerFrom(ctx).Error(err, "Looking up the sources of a route", "route", klog.KObj(route))
 	}
 	for _, o := range objs {
-		if m := claimedModel(o.kind.GVK.Kind, o.obj); m != "" {
+		if m := routes.ClaimedModel(o.kind.GVK.Kind, o.obj); m != "" {
 			keys[ModelKey(m)] = true
 		}
 	}

@@ -60,6 +60,23 @@ func (s Source) Key() string {
 	return s.Kind + "/" + s.Namespace + "/" + s.Name
 }
 
+// ClaimedModel returns the model name a workload claims, whether or not it can be routed:
+// the label model.aibrix.ai/name, else the annotation of that key, else (ModelAdapters only)
+// the adapter's name; "" when it claims none. SourceFromObject routes exactly the workloads
+// that claim a model (and reports the problems of those it cannot route).
+func ClaimedModel(kind string, obj metav1.Object) string {
+	if m := obj.GetLabels()[modelv1alpha1.ModelNameLabel]; m != "" {
+		return m
+	}
+	if m := obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]; m != "" {
+		return m
+	}
+	if kind == KindModelAdapter {
+		return obj.GetName()
+	}
+	return ""
+}
+
 // SourceFromObject reads the routing labels and annotations of a workload of the given kind.
 //
 // ok is false when the object is not a model workload (no model name; problems is empty) or
@@ -70,14 +87,7 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	labels, annotations := obj.GetLabels(), obj.GetAnnotations()
 	src = Source{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 
-	src.Model = labels[modelv1alpha1.ModelNameLabel]
-	if src.Model == "" {
-		src.Model = annotations[modelv1alpha1.ModelNameLabel]
-	}
-	if src.Model == "" && kind == KindModelAdapter {
-		src.Model = obj.GetName()
-	}
-	if src.Model == "" {
+	if src.Model = ClaimedModel(kind, obj); src.Model == "" {
 		return Source{}, false, nil
 	}
 

@@ -78,29 +78,19 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.GatewayName, "gateway-name", o.GatewayName, "Name of the Gateway (in --gateway-namespace) every HTTPRoute attaches to.")
 	fs.Func("route-paths", fmt.Sprintf("Comma-separated path prefixes every model route matches, together with the header \"model\" (default %q).",
 		strings.Join(routes.DefaultPaths, ",")), func(s string) error {
-		o.RoutePaths = splitList(s)
+		o.RoutePaths = app.SplitList(s)
 		return nil
 	})
 	fs.DurationVar(&o.RouteTimeout, "route-timeout", o.RouteTimeout, "Request timeout of every route rule (whole milliseconds; 0 leaves it to the gateway).")
 	fs.Func("extra-workload-kinds", "Comma-separated optional workload kinds read as route sources, each group/version/Kind, "+
 		"e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet,orchestration.aibrix.ai/v1alpha1/RayClusterFleet. Kinds whose CRD is not installed are skipped.",
 		func(s string) error {
-			o.ExtraWorkloadKinds = splitList(s)
+			o.ExtraWorkloadKinds = app.SplitList(s)
 			return nil
 		})
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "How many models or namespaces are reconciled in parallel.")
 	fs.DurationVar(&o.GrantBatchWindow, "grant-batch-window", o.GrantBatchWindow,
 		"How long the ReferenceGrants of a namespace wait after a route change, so that the routes written meanwhile cost one grant write (0: no wait).")
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // RoutesConfig is the route builder configuration the options describe.

@@ -116,7 +116,10 @@ docker-build-check: ## Run the Dockerfile's build steps here on a copy holding o
 ##@ Tools
 
 .PHONY: tools
-tools: $(KUBE_APISERVER) $(ETCD) $(KWOK) $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Build every pinned tool into bin/ (no-op when up to date).
+tools: cluster-tools $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Build every pinned tool into bin/ (no-op when up to date).
+
+.PHONY: cluster-tools
+cluster-tools: $(KUBE_APISERVER) $(ETCD) $(KWOK) ## Build only what a local cluster needs: the Kubernetes set, etcd, kwok.
 
 $(KUBE_APISERVER):
 	hack/tools/build.sh kube $(KUBE_VERSION)
@@ -177,7 +180,7 @@ test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scra
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus jq >/dev/null; }
 
 .PHONY: e2e-local
-e2e-local: tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
+e2e-local: cluster-tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
 	hack/e2e-local.sh
 
 KIND ?= kind
@@ -193,7 +196,7 @@ e2e: ## Run the e2e suite on kind with built images (needs docker and kind; E2E_
 	hack/e2e-kind.sh
 
 .PHONY: demo
-demo: tools build fake-engine test-deps ## Start the local cluster, both controllers, fake engines and Prometheus, apply deploy/samples, print a summary; runs until Ctrl-C.
+demo: cluster-tools build fake-engine test-deps ## Start the local cluster, both controllers, fake engines and Prometheus, apply deploy/samples, print a summary; runs until Ctrl-C.
 	hack/demo.sh
 
 .PHONY: demo-down
@@ -207,6 +210,6 @@ BENCH_CLUSTER ?= bench
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: tools build ## Benchmark both controllers on a kwok cluster of their own (BENCH_CLUSTER=bench); BENCH_SIZE=tiny|small|default|large, BENCH_ARGS=flags; table and JSON in _artifacts/bench/.
+bench: cluster-tools build ## Benchmark both controllers on a kwok cluster of their own (BENCH_CLUSTER=bench); BENCH_SIZE=tiny|small|default|large, BENCH_ARGS=flags; table and JSON in _artifacts/bench/.
 	cd hack/bench && GOWORK=off go build -o $(ROOT)/_artifacts/bench/bench .
 	$(ROOT)/_artifacts/bench/bench -root $(ROOT) -size $(BENCH_SIZE) -cluster-name $(BENCH_CLUSTER) $(BENCH_ARGS)

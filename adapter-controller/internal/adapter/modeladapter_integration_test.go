@@ -429,3 +429,38 @@ func TestBaseModelMismatch(t *testing.T) {
 		t.Errorf("engines hold base-0 %v, other-0 %v (%d loads); want the adapter on base-0 only", right.Loaded(), wrong.Loaded(), wrong.Loads())
 	}
 }
+
+// TestOwnedObjectsKeepForeignLabels: the Service and the EndpointSlice follow one rule for
+// labels: ours are set back when changed, labels others added are kept.
+func TestOwnedObjectsKeepForeignLabels(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	ip := newIP()
+	engine(t, ip, 8000, fakeengine.Options{})
+	modelPod(t, ns, "fl-0", ip, modelLabels("fl"))
+	a := newAdapter(ns, "labels", "fl")
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running", running(1))
+	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}} {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), obj); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+		labels := obj.GetLabels()
+		labels["team"] = "search"                    // someone else's
+		labels[v1alpha1.ModelNameLabel] = "tampered" // ours
+		obj.SetLabels(labels)
+		if err := k8s.Patch(ctx, obj, patch); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("%T labels repaired and the foreign one kept", obj), func() bool {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), obj); err != nil {
+				return false
+			}
+			return obj.GetLabels()[v1alpha1.ModelNameLabel] == "labels" && obj.GetLabels()["team"] == "search"
+		})
+	}
+}

@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,65 +43,85 @@ func (r *Reconciler) syncResources(ctx context.Context, p *pass) error {
 	a := p.adapter
 	port := enginePort(p)
 
-	svc := &corev1.Service{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(a), svc)
-	switch {
-	case apierrors.IsNotFound(err):
-		svc = desiredService(a, port)
-		if err := controllerutil.SetControllerReference(a, svc, r.client.Scheme()); err != nil {
-			return err
-		}
-		if err := r.client.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.resourceReason, p.resourceMsg = ReasonServiceFailed, err.Error()
-			return fmt.Errorf("creating Service: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("reading Service: %w", err)
-	case !metav1.IsControlledBy(svc, a):
-		p.resourceReason, p.resourceMsg = ReasonServiceConflict, fmt.Sprintf("Service %s exists and is not owned by this adapter", a.Name)
-		return nil
-	default:
-		want := desiredService(a, port)
-		if !equality.Semantic.DeepEqual(svc.Spec.Ports, want.Spec.Ports) || svc.Labels[ManagedByLabel] != ManagedByValue {
-			patch := client.MergeFrom(svc.DeepCopy())
-			svc.Spec.Ports = want.Spec.Ports
-			if svc.Labels == nil {
-				svc.Labels = map[string]string{}
-			}
-			for k, v := range want.Labels {
-				svc.Labels[k] = v
-			}
-			if err := r.client.Patch(ctx, svc, patch); err != nil {
-				return fmt.Errorf("updating Service: %w", err)
-			}
-		}
-	}
-
-	want := desiredEndpointSlice(a, p.instances, port)
-	if err := controllerutil.SetControllerReference(a, want, r.client.Scheme()); err != nil {
+	wantSvc, svc := desiredService(a, port), &corev1.Service{}
+	ok, err := r.ensureOwned(ctx, p, owned{
+		kind: "Service", want: wantSvc, have: svc, createFailed: ReasonServiceFailed,
+		upToDate: func() bool { return equality.Semantic.DeepEqual(svc.Spec.Ports, wantSvc.Spec.Ports) },
+		update:   func() { svc.Spec.Ports = wantSvc.Spec.Ports },
+	})
+	if !ok || err != nil {
 		return err
 	}
-	eps := &discoveryv1.EndpointSlice{}
-	err = r.client.Get(ctx, client.ObjectKeyFromObject(want), eps)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := r.client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.resourceReason, p.resourceMsg = ReasonEndpointSliceFailed, err.Error()
-			return fmt.Errorf("creating EndpointSlice: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("reading EndpointSlice: %w", err)
-	case !metav1.IsControlledBy(eps, a):
-		p.resourceReason, p.resourceMsg = ReasonServiceConflict, fmt.Sprintf("EndpointSlice %s exists and is not owned by this adapter", want.Name)
-		return nil
-	case !sameEndpoints(eps, want):
-		eps.Labels, eps.AddressType, eps.Ports, eps.Endpoints = want.Labels, want.AddressType, want.Ports, want.Endpoints
-		if err := r.client.Update(ctx, eps); err != nil {
-			return fmt.Errorf("updating EndpointSlice: %w", err)
-		}
+	wantEPS, eps := desiredEndpointSlice(a, p.instances, port), &discoveryv1.EndpointSlice{}
+	ok, err = r.ensureOwned(ctx, p, owned{
+		kind: "EndpointSlice", want: wantEPS, have: eps, createFailed: ReasonEndpointSliceFailed,
+		upToDate: func() bool { return sameEndpoints(eps, wantEPS) },
+		update: func() {
+			eps.AddressType, eps.Ports, eps.Endpoints = wantEPS.AddressType, wantEPS.Ports, wantEPS.Endpoints
+		},
+	})
+	if !ok || err != nil {
+		return err
 	}
 	p.resourcesReady = true
 	return nil
+}
+
+// owned is an object the adapter owns, named after it.
+type owned struct {
+	kind         string        // for messages
+	want, have   client.Object // desired (with our labels); an empty object to read into
+	createFailed string        // condition reason when creating it fails
+	upToDate     func() bool   // have's own fields (labels aside) match want
+	update       func()        // copies want's own fields into have
+}
+
+// ensureOwned creates o.want when missing and otherwise brings o.have up to date: our labels
+// set, labels of others kept, o.update applied. An object of that name that the adapter
+// does not control is reported in the status, never modified; ok is then false.
+func (r *Reconciler) ensureOwned(ctx context.Context, p *pass, o owned) (ok bool, err error) {
+	a := p.adapter
+	if err := controllerutil.SetControllerReference(a, o.want, r.client.Scheme()); err != nil {
+		return false, err
+	}
+	err = r.client.Get(ctx, client.ObjectKeyFromObject(o.want), o.have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.client.Create(ctx, o.want); err != nil && !apierrors.IsAlreadyExists(err) {
+			p.resourceReason, p.resourceMsg = o.createFailed, err.Error()
+			return false, fmt.Errorf("creating %s: %w", o.kind, err)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading %s: %w", o.kind, err)
+	case !metav1.IsControlledBy(o.have, a):
+		p.resourceReason, p.resourceMsg = ReasonServiceConflict, fmt.Sprintf("%s %s exists and is not owned by this adapter", o.kind, o.want.GetName())
+		return false, nil
+	case o.upToDate() && hasLabels(o.have, o.want.GetLabels()):
+		return true, nil
+	}
+	patch := client.MergeFrom(o.have.DeepCopyObject().(client.Object))
+	labels := o.have.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, o.want.GetLabels())
+	o.have.SetLabels(labels)
+	o.update()
+	if err := r.client.Patch(ctx, o.have, patch); err != nil {
+		return false, fmt.Errorf("updating %s: %w", o.kind, err)
+	}
+	return true, nil
+}
+
+// hasLabels reports whether obj carries every label of want.
+func hasLabels(obj client.Object, want map[string]string) bool {
+	for k, v := range want {
+		if obj.GetLabels()[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func desiredService(a *v1alpha1.ModelAdapter, port int32) *corev1.Service {
@@ -162,11 +183,6 @@ func sameEndpoints(have, want *discoveryv1.EndpointSlice) bool {
 	if have.AddressType != want.AddressType || !equality.Semantic.DeepEqual(have.Ports, want.Ports) ||
 		len(have.Endpoints) != len(want.Endpoints) {
 		return false
-	}
-	for k, v := range want.Labels {
-		if have.Labels[k] != v {
-			return false
-		}
 	}
 	for i := range want.Endpoints {
 		h, w := have.Endpoints[i], want.Endpoints[i]

@@ -452,11 +452,11 @@ func (i *Inventory) sweep(ctx context.Context, pod *corev1.Pod, ep engine.Endpoi
 	slices.Sort(names)
 	for _, name := range names {
 		if err := i.unloadStray(ctx, ep, name); err != nil {
-			strayUnloads.WithLabelValues(string(engine.ReasonOf(err))).Inc()
+			recordStrayUnload(err)
 			log.Error(err, "Unloading a stray adapter failed", "pod", klog.KObj(pod), "adapter", name)
 			continue
 		}
-		strayUnloads.WithLabelValues("success").Inc()
+		recordStrayUnload(nil)
 		log.Info("Unloaded a stray adapter: loaded by this controller, wanted by no ModelAdapter", "pod", klog.KObj(pod), "adapter", name)
 		i.forgetAdapter(pod, name)
 		i.mu.Lock()

@@ -102,16 +102,16 @@ func (l *listings) get(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint,
 		joined = newListing(ctx)
 		p.inFlight = joined
 		l.start(key, pod, joined)
-		listRequests.WithLabelValues(listStarted).Inc()
+		recordListRequest(ListStarted)
 	case p.inFlight.seq > after && !p.inFlight.dropped:
 		joined = p.inFlight
-		listRequests.WithLabelValues(listShared).Inc()
+		recordListRequest(ListShared)
 	default:
 		if p.pending == nil {
 			p.pending = newListing(ctx)
-			listRequests.WithLabelValues(listStarted).Inc()
+			recordListRequest(ListStarted)
 		} else {
-			listRequests.WithLabelValues(listShared).Inc()
+			recordListRequest(ListShared)
 		}
 		joined = p.pending
 	}

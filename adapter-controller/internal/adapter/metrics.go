@@ -9,63 +9,114 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// Result is the value of the result label of the adapter operation counters: "success", or
+// the classified reason of the failure (an engine.Reason or a condition reason).
+type Result string
+
+// ResultSuccess labels operations that succeeded.
+const ResultSuccess Result = "success"
+
+// resultOf is the result label of an operation that ended with err.
+func resultOf(err error) Result {
+	if err == nil {
+		return ResultSuccess
+	}
+	return Result(engine.ReasonOf(err))
+}
+
+// ReloadMethod is the value of the method label of modelplane_adapter_reloads_total.
+type ReloadMethod string
+
+const (
+	// ReloadInPlace replaces the weights of the loaded adapter (vLLM's load_inplace).
+	ReloadInPlace ReloadMethod = "inplace"
+	// ReloadUnloadLoad unloads the adapter, then loads the new artifact.
+	ReloadUnloadLoad ReloadMethod = "unload-load"
+)
+
+// ListCall is the value of the call label of modelplane_adapter_inventory_list_requests_total.
+type ListCall string
+
+const (
+	// ListStarted counts requests that started a GET /v1/models call.
+	ListStarted ListCall = "started"
+	// ListShared counts requests answered by a call another request started.
+	ListShared ListCall = "shared"
 )
 
 var (
 	loadsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "modelplane_adapter_loads_total",
-		Help: "Adapter load attempts on engine pods, by engine and result (success, error reason).",
+		Namespace: "modelplane",
+		Name:      "adapter_loads_total",
+		Help:      "Adapter load attempts on engine pods, by engine and result (success, error reason).",
 	}, []string{"engine", "result"})
 	loadDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "modelplane_adapter_load_duration_seconds",
-		Help:    "Duration of one adapter load on one engine pod, including verification.",
-		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		Namespace: "modelplane",
+		Name:      "adapter_load_duration_seconds",
+		Help:      "Duration of one adapter load on one engine pod, including verification.",
+		Buckets:   []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
 	unloadsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "modelplane_adapter_unloads_total",
-		Help: "Adapter unload attempts on engine pods, by result (success, error reason).",
+		Namespace: "modelplane",
+		Name:      "adapter_unloads_total",
+		Help:      "Adapter unload attempts on engine pods, by result (success, error reason).",
 	}, []string{"result"})
-	engineRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "modelplane_engine_requests_total",
-		Help: "HTTP requests to inference engines, by engine, operation and HTTP status or transport failure.",
-	}, []string{"engine", "op", "code"})
 	reloadsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "modelplane_adapter_reloads_total",
-		Help: "Reloads of an adapter whose artifactURL changed, on one engine pod each, by engine, method (inplace, unload-load) and result (success, error reason).",
+		Namespace: "modelplane",
+		Name:      "adapter_reloads_total",
+		Help:      "Reloads of an adapter whose artifactURL changed, on one engine pod each, by engine, method (inplace, unload-load) and result (success, error reason).",
 	}, []string{"engine", "method", "result"})
 	strayUnloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "modelplane_adapter_stray_unloads_total",
-		Help: "Unloads by the inventory sweep of adapters this controller loaded whose ModelAdapter is gone, by result (success, error reason).",
+		Namespace: "modelplane",
+		Name:      "adapter_stray_unloads_total",
+		Help:      "Unloads by the inventory sweep of adapters this controller loaded whose ModelAdapter is gone, by result (success, error reason).",
 	}, []string{"result"})
+	engineRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "modelplane",
+		Name:      "engine_requests_total",
+		Help:      "HTTP requests to inference engines, by engine, operation and HTTP status or transport failure.",
+	}, []string{"engine", "op", "code"})
 	listRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "modelplane_adapter_inventory_list_requests_total",
-		Help: "Requests for the adapters of an engine pod (load verifications and inventory polls), by whether they started a GET /v1/models call (started) or shared one (shared).",
+		Namespace: "modelplane",
+		Name:      "adapter_inventory_list_requests_total",
+		Help:      "Requests for the adapters of an engine pod (load verifications and inventory polls), by whether they started a GET /v1/models call (started) or shared one (shared).",
 	}, []string{"call"})
 	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("modelplane_adapters",
 		"ModelAdapters by status phase, counted from the informer cache at scrape time.", []string{"phase"}, nil)}
 )
 
-// Values of the method label of reloadsTotal.
-const (
-	reloadInPlace    = "inplace"
-	reloadUnloadLoad = "unload-load"
-)
-
-// Values of the call label of listRequests.
-const (
-	listStarted = "started"
-	listShared  = "shared"
-)
-
 var registerOnce sync.Once
 
-// RegisterMetrics registers the adapter metrics on controller-runtime's registry.
+// RegisterMetrics registers the adapter metrics on controller-runtime's registry, the
+// series whose label values are known exposed at zero. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, listRequests, adaptersByPhase)
+		for _, c := range []ListCall{ListStarted, ListShared} {
+			listRequests.WithLabelValues(string(c))
+		}
+		unloadsTotal.WithLabelValues(string(ResultSuccess))
+		strayUnloads.WithLabelValues(string(ResultSuccess))
 	})
 }
+
+// recordLoad counts one load attempt on an engine of kind and, for a reload, its method.
+func recordLoad(kind engine.Kind, reload ReloadMethod, err error) {
+	loadsTotal.WithLabelValues(string(kind), string(resultOf(err))).Inc()
+	if reload != "" {
+		reloadsTotal.WithLabelValues(string(kind), string(reload), string(resultOf(err))).Inc()
+	}
+}
+
+func recordUnload(err error) { unloadsTotal.WithLabelValues(string(resultOf(err))).Inc() }
+
+func recordStrayUnload(err error) { strayUnloads.WithLabelValues(string(resultOf(err))).Inc() }
+
+func recordListRequest(c ListCall) { listRequests.WithLabelValues(string(c)).Inc() }
 
 // ObserveEngineRequest is the engine client's observer hook.
 func ObserveEngineRequest(engineKind, op, code string, _ time.Duration) {

@@ -570,10 +570,11 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	}
 	wantPath, err := engine.ResolveArtifact(ep.Kind, a.Spec.ArtifactURL)
 	if err != nil {
-		loadsTotal.WithLabelValues(string(ep.Kind), string(engine.ReasonOf(err))).Inc()
+		method := ReloadMethod("")
 		if replace {
-			reloadsTotal.WithLabelValues(string(ep.Kind), reloadUnloadLoad, string(engine.ReasonOf(err))).Inc()
+			method = ReloadUnloadLoad
 		}
+		recordLoad(ep.Kind, method, err)
 		return err
 	}
 	req := engine.LoadRequest{
@@ -588,26 +589,26 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 		return f()
 	}
 	start := r.clock.Now()
-	method := ""
+	method := ReloadMethod("")
 	if replace {
-		method = reloadUnloadLoad
+		method = ReloadUnloadLoad
 		if ep.Kind == "" || ep.Kind == engine.KindVLLM {
-			method = reloadInPlace
+			method = ReloadInPlace
 			inPlace := req
 			inPlace.Replace = true
 			err = call(func() error { return r.engine.Load(ctx, ep, inPlace) })
 			if engine.ReasonOf(err) == engine.ReasonReloadUnsupported {
-				method, err = reloadUnloadLoad, nil
+				method, err = ReloadUnloadLoad, nil
 			}
 		}
-		if method == reloadUnloadLoad {
+		if method == ReloadUnloadLoad {
 			err = call(func() error { return r.engine.Unload(ctx, ep, a.Name) })
 			if err == nil {
 				r.inventory.forgetAdapter(pod, a.Name)
 			}
 		}
 	}
-	if err == nil && method != reloadInPlace {
+	if err == nil && method != ReloadInPlace {
 		err = call(func() error { return r.engine.Load(ctx, ep, req) })
 	}
 	loadedAt := r.inventory.listings.mark() // listings after this one may show the adapter
@@ -615,14 +616,7 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
 	}
 	loadDuration.Observe(r.clock.Since(start).Seconds())
-	result := "success"
-	if err != nil {
-		result = string(engine.ReasonOf(err))
-	}
-	loadsTotal.WithLabelValues(string(ep.Kind), result).Inc()
-	if replace {
-		reloadsTotal.WithLabelValues(string(ep.Kind), method, result).Inc()
-	}
+	recordLoad(ep.Kind, method, err)
 	if err != nil {
 		return err
 	}
@@ -676,11 +670,11 @@ func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 	}
 	defer r.release()
 	if err := r.engine.Unload(ctx, ep, a.Name); err != nil {
-		unloadsTotal.WithLabelValues(string(engine.ReasonOf(err))).Inc()
+		recordUnload(err)
 		r.recorder.Eventf(a, pod, corev1.EventTypeWarning, ReasonUnloadFailed, "Unload", "Unloading from pod %s failed: %v", pod.Name, err)
 		return err
 	}
-	unloadsTotal.WithLabelValues("success").Inc()
+	recordUnload(nil)
 	r.inventory.forgetAdapter(pod, a.Name)
 	klog.FromContext(ctx).V(2).Info("Unloaded adapter", "pod", klog.KObj(pod))
 	r.recorder.Eventf(a, pod, corev1.EventTypeNormal, ReasonUnloaded, "Unload", "Unloaded from pod %s", pod.Name)

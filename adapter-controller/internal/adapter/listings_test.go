@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -490,7 +491,7 @@ func TestListingsVerifyEveryLoad(t *testing.T) {
 // needs), never exceed the slot, share their verifications, and a lying engine is caught.
 func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 	newReconciler := func(f *fakeEngine, slots int) *Reconciler {
-		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: make(chan struct{}, slots)}
+		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: semaphore.NewWeighted(int64(slots))}
 		r.inventory = NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{acquire: r.acquire, release: r.release})
 		return r
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -118,7 +119,7 @@ type Reconciler struct {
 	opts      Options
 	inventory *Inventory
 	backoff   *backoffs
-	slots     chan struct{}
+	slots     *semaphore.Weighted // engine calls in flight, all adapters together
 	deletions *backoffs
 }
 
@@ -134,7 +135,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		client: c, apiReader: apiReader, engine: eng, recorder: recorder, clock: clk, opts: opts,
 		backoff:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
 		deletions: newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
-		slots:     make(chan struct{}, opts.MaxParallelEngineCalls),
+		slots:     semaphore.NewWeighted(int64(opts.MaxParallelEngineCalls)),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk, inventoryHooks{
 		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {

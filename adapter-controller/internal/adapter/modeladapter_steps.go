@@ -544,16 +544,9 @@ func summarize(names []string, n int) string {
 }
 
 // acquire takes one of the global engine call slots.
-func (r *Reconciler) acquire(ctx context.Context) error {
-	select {
-	case r.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r *Reconciler) acquire(ctx context.Context) error { return r.slots.Acquire(ctx, 1) }
 
-func (r *Reconciler) release() { <-r.slots }
+func (r *Reconciler) release() { r.slots.Release(1) }
 
 // load loads the adapter on one pod and verifies that the engine lists it. With replace, an
 // earlier artifact is loaded there: vLLM replaces it in place (load_inplace); other engines,

@@ -15,11 +15,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/modelplane/modelplane/test/fakeengine"
 )
 
 func logf(format string, a ...any) {
@@ -566,30 +568,24 @@ func (b *bench) engineFloor(ctx context.Context, ips []string, n int) (time.Dura
 	})
 }
 
+// waitFor polls cond every interval until it holds, logging its message every few seconds;
+// after timeout it fails with the last message.
 func waitFor(ctx context.Context, timeout, every time.Duration, cond func() (bool, string, error)) error {
-	deadline := time.Now().Add(timeout)
+	var msg string
 	last := time.Now()
-	for {
-		ok, msg, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Since(last) > 3*time.Second {
-			logf("  %s", msg)
+	err := wait.PollUntilContextTimeout(ctx, every, timeout, true, func(context.Context) (bool, error) {
+		ok, m, err := cond()
+		msg = m
+		if !ok && time.Since(last) > 3*time.Second {
+			logf("  %s", m)
 			last = time.Now()
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s after %s: %w", msg, timeout, errTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(every):
-		}
+		return ok, err
+	})
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		return fmt.Errorf("%s after %s: %w", msg, timeout, errTimeout)
 	}
+	return err
 }
 
 func (b *bench) routerStages(ctx context.Context, idx int, p Point, r *Result) error {

@@ -8,10 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -176,17 +176,13 @@ func mergeLabels(a, b map[string]string) map[string]string {
 	return m
 }
 
-// parallel runs fn(i) for i in [0,n) with at most p in flight, printing progress.
+// parallel runs fn(i) for i in [0,n) with at most p in flight, printing progress; the first
+// error cancels the rest and is returned.
 func parallel(ctx context.Context, what string, n, p int, fn func(ctx context.Context, i int) error) error {
 	if n == 0 {
 		return nil
 	}
-	var (
-		next, done atomic.Int64
-		wg         sync.WaitGroup
-		mu         sync.Mutex
-		first      error
-	)
+	var done atomic.Int64
 	start := time.Now()
 	stopProgress := make(chan struct{})
 	go func() {
@@ -201,31 +197,18 @@ func parallel(ctx context.Context, what string, n, p int, fn func(ctx context.Co
 			}
 		}
 	}()
-	for range min(p, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := fn(ctx, i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-				done.Add(1)
-			}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(p)
+	for i := range n {
+		g.Go(func() error {
+			defer done.Add(1)
+			return fn(gctx, i)
 		})
 	}
-	wg.Wait()
+	err := g.Wait()
 	close(stopProgress)
 	logf("  %s: %d/%d in %s", what, done.Load(), n, time.Since(start).Round(time.Millisecond))
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
+	return err
 }
 
 // applyDeployment creates the Deployment or sets its replicas.

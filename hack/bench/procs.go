@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // proc is a controller process started by the harness.
@@ -143,76 +146,41 @@ func (p *proc) scrape() ([]sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s /metrics: %s", p.name, resp.Status)
 	}
-	var out []sample
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if l == "" || l[0] == '#' {
-			continue
-		}
-		s, ok := parseSample(l)
-		if ok {
-			out = append(out, s)
-		}
-	}
-	return out, sc.Err()
-}
-
-func parseSample(l string) (sample, bool) {
-	s := sample{labels: map[string]string{}}
-	var rest string
-	if i := strings.IndexByte(l, '{'); i >= 0 {
-		j := strings.LastIndexByte(l, '}')
-		if j < i {
-			return s, false
-		}
-		s.name = l[:i]
-		for _, kv := range splitLabels(l[i+1 : j]) {
-			k, v, ok := strings.Cut(kv, "=")
-			if ok {
-				s.labels[k] = strings.Trim(v, `"`)
-			}
-		}
-		rest = strings.TrimSpace(l[j+1:])
-	} else {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			return s, false
-		}
-		s.name, rest = f[0], f[1]
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return s, false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return s, false
+		return nil, fmt.Errorf("%s /metrics: %w", p.name, err)
 	}
-	s.value = v
-	return s, true
+	return samples(families), nil
 }
 
-// splitLabels splits a="x",b="y" on commas outside quotes.
-func splitLabels(s string) []string {
-	var out []string
-	inQ, start := false, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			inQ = !inQ
-		case ',':
-			if !inQ {
-				out = append(out, s[start:i])
-				start = i + 1
+// samples flattens metric families into the samples of the text format: counters, gauges
+// and untyped metrics under their name, histograms and summaries as name_sum and
+// name_count.
+func samples(families map[string]*dto.MetricFamily) []sample {
+	var out []sample
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := make(map[string]string, len(m.GetLabel()))
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			add := func(name string, v float64) { out = append(out, sample{name: name, labels: labels, value: v}) }
+			switch {
+			case m.Counter != nil:
+				add(name, m.GetCounter().GetValue())
+			case m.Gauge != nil:
+				add(name, m.GetGauge().GetValue())
+			case m.Untyped != nil:
+				add(name, m.GetUntyped().GetValue())
+			case m.Histogram != nil:
+				add(name+"_sum", m.GetHistogram().GetSampleSum())
+				add(name+"_count", float64(m.GetHistogram().GetSampleCount()))
+			case m.Summary != nil:
+				add(name+"_sum", m.GetSummary().GetSampleSum())
+				add(name+"_count", float64(m.GetSummary().GetSampleCount()))
 			}
 		}
-	}
-	if start < len(s) {
-		out = append(out, s[start:])
 	}
 	return out
 }

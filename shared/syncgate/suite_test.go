@@ -80,13 +80,7 @@ func probe(addr, path string) (int, string) {
 // waitFor polls cond every 50ms until it holds or the timeout passes, then fails with what.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, 50*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }
 
 // metric returns the first series of the family whose labels include want, or nil.

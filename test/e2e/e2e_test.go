@@ -33,6 +33,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 var k8s client.Client
@@ -114,19 +115,7 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, 250*time.Millisecond, what, cond)
 }
 
 func readyPods(t *testing.T, ns, model string) []corev1.Pod {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // ipSeq hands out a fresh 127.0.9.x (then 127.0.10.x, ...) address to each engine a test
@@ -120,11 +122,5 @@ func runtimeURL(e *Engine, path string) string { return "http://" + e.RuntimeAdd
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // fakeEngine is an engine.Client that keeps the adapters of each host in memory. A list
@@ -173,13 +174,7 @@ func waiters(l *listings, pod *corev1.Pod, ep engine.Endpoint) (inFlight, pendin
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 10s waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }
 
 func receive(t *testing.T, what string, ch <-chan result) result {

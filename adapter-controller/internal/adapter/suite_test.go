@@ -149,29 +149,17 @@ func newAdapter(ns, name, model string, mutate ...func(*v1alpha1.ModelAdapter)) 
 // waitAdapter polls the adapter until cond holds, failing with what and the last status.
 func waitAdapter(t *testing.T, key types.NamespacedName, timeout time.Duration, what string, cond func(*v1alpha1.ModelAdapter) bool) *v1alpha1.ModelAdapter {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	a := &v1alpha1.ModelAdapter{}
-	for {
+	testenv.Eventually(t, timeout, 100*time.Millisecond, what, func() (bool, string) {
 		err := k8s.Get(context.Background(), key, a)
-		if err == nil && cond(a) {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last error %v, status %+v", timeout, what, err, a.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && cond(a), fmt.Sprintf("error %v, status %+v", err, a.Status)
+	})
+	return a
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, 100*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }
 
 func running(n int) func(*v1alpha1.ModelAdapter) bool {

@@ -244,17 +244,6 @@ func (f *crashFleet) waitConverged(ctx context.Context, t *testing.T, deleted []
 	}
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestCrashLeavesNoLoadBehind: the adapter-controller is killed at several points of the
 // lifecycle of 6 adapters on 3 engine pods; while it is down, half of the adapters are
 // deleted (in the deletion case, all of them). A new process must unload every deleted
@@ -320,7 +309,7 @@ func TestCrashLeavesNoLoadBehind(t *testing.T) {
 				deleted = f.adapters
 			}
 			if tc.deleteBeforeKill {
-				waitUntil(t, 30*time.Second, "18 loads", func() bool { return f.held() == 18 })
+				testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, "18 loads", func() (bool, string) { return f.held() == 18, "" })
 				i := 0
 				for _, e := range f.engines {
 					if i%2 == 0 {
@@ -335,7 +324,7 @@ func TestCrashLeavesNoLoadBehind(t *testing.T) {
 			} else {
 				tc.arrange(f, p)
 			}
-			waitUntil(t, 30*time.Second, "the moment to kill the controller", func() bool { return tc.crashed(f, p) })
+			testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, "the moment to kill the controller", func() (bool, string) { return tc.crashed(f, p), "" })
 			heldAtKill := f.held()
 			p.kill(t)
 			f.clearFaults()

@@ -186,18 +186,10 @@ func (r *router) waitOpen(t *testing.T) {
 // saying what it waited for and the last reason.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	const timeout = waitTimeout
-	deadline := time.Now().Add(timeout)
-	for {
+	testenv.Eventually(t, waitTimeout, 100*time.Millisecond, what, func() (bool, string) {
 		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 const waitTimeout = 20 * time.Second

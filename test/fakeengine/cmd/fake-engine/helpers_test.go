@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // Tests use addresses in 127.0.19.0/24 only, a distinct one per test.
@@ -142,11 +143,5 @@ func listening(addr string) bool {
 // eventually polls cond until it holds or 10s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, what, func() (bool, string) { return cond(), "" })
 }

@@ -43,3 +43,11 @@ func MetricSum(family string, want map[string]string) (float64, error) {
 	}
 	return total, err
 }
+
+// ReconcileCount is how many reconciles controller-runtime counted for the named controller
+// in this process: a test that claims "nothing happened" first waits for this to grow after
+// its change, which proves the controller looked.
+func ReconcileCount(controller string) float64 {
+	v, _ := MetricSum("controller_runtime_reconcile_total", map[string]string{"controller": controller})
+	return v
+}

@@ -106,10 +106,24 @@ func TestLoadOnAllPods(t *testing.T) {
 			t.Errorf("%s%v = %v, want >= 1", m.family, m.labels, v)
 		}
 	}
-	rv := eps.ResourceVersion
-	time.Sleep(3 * inventoryPeriod)
+	// Nothing to change: a reconcile of the adapter (forced by a label it does not read) and
+	// two inventory polls must write nothing.
+	rv, statusRV := eps.ResourceVersion, got.ResourceVersion
+	reconciles, lists := testenv.ReconcileCount("modeladapter"), engines[0].Lists()
+	touch := client.MergeFrom(got.DeepCopy())
+	got.Labels = map[string]string{"example.com/touched": "1"}
+	if err := k8s.Patch(ctx, got, touch); err != nil {
+		t.Fatal(err)
+	}
+	statusRV = got.ResourceVersion
+	waitFor(t, 3*inventoryPeriod+5*time.Second, "a reconcile after the touch and two inventory polls", func() bool {
+		return testenv.ReconcileCount("modeladapter") > reconciles && engines[0].Lists() >= lists+2
+	})
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), eps); err != nil || eps.ResourceVersion != rv {
 		t.Errorf("EndpointSlice rewritten without a change (resourceVersion %s -> %s)", rv, eps.ResourceVersion)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), got); err != nil || got.ResourceVersion != statusRV {
+		t.Errorf("adapter written without a change (resourceVersion %s -> %s, status %+v)", statusRV, got.ResourceVersion, got.Status)
 	}
 
 	if err := k8s.Delete(ctx, got); err != nil {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	"github.com/modelplane/modelplane/router-controller/internal/setup"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 const (
@@ -68,8 +70,14 @@ func TestRouteFollowsWorkload(t *testing.T) {
 	})
 
 	// A change that does not affect the route reconciles but writes nothing.
+	reconciles := testenv.ReconcileCount(controller.ControllerName)
 	patchMeta(t, d, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
-	time.Sleep(1500 * time.Millisecond)
+	eventually(t, "a reconcile after the unrelated change", func() error {
+		if testenv.ReconcileCount(controller.ControllerName) <= reconciles {
+			return errors.New("no reconcile counted yet")
+		}
+		return nil
+	})
 	if now := getRoute(t, gw, route.Name); now == nil || now.ResourceVersion != route.ResourceVersion {
 		t.Errorf("route rewritten without a change: resourceVersion %s -> %v", route.ResourceVersion, now)
 	}
@@ -332,7 +340,7 @@ func TestForeignRouteUntouched(t *testing.T) {
 		t.Fatalf("creating the foreign route: %v", err)
 	}
 	startRouter(t, env.Config, gw, []string{ns})
-	createDeployment(t, ns, "engine", modelLabels(model), nil)
+	engineDeployment := createDeployment(t, ns, "engine", modelLabels(model), nil)
 	createStatefulSet(t, ns, "engine-2", modelLabels(model), nil)
 
 	for _, src := range []string{"engine", "engine-2"} {
@@ -346,7 +354,16 @@ func TestForeignRouteUntouched(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
+	// The conflict was reconciled (its events and metric say so); one more reconcile of the
+	// model, forced by a change of a source, must not touch the foreign route either.
+	reconciles := testenv.ReconcileCount(controller.ControllerName)
+	patchMeta(t, engineDeployment, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
+	eventually(t, "a reconcile after the change", func() error {
+		if testenv.ReconcileCount(controller.ControllerName) <= reconciles {
+			return errors.New("no reconcile counted yet")
+		}
+		return nil
+	})
 	now := getRoute(t, gw, foreign.Name)
 	if now == nil || now.ResourceVersion != foreign.ResourceVersion || routes.IsManaged(now) {
 		t.Fatalf("the foreign route was modified or removed: %+v", now)

@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/modelplane/modelplane/router-controller/internal/controller"
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/test/testenv"
@@ -59,26 +63,30 @@ func TestBadWorkloadInput(t *testing.T) {
 	for i := range 200 {
 		many = append(many, fmt.Sprintf("/p%d", i))
 	}
+	// Each input names its outcome: a route with that many paths, or none; and the Warning
+	// (reason InvalidSource) whose note contains warning, or none.
 	type input struct {
 		name        string
 		model       string // as the model annotation (label values cannot hold most of these)
 		labels      map[string]string
 		annotations map[string]string
+		wantPaths   int    // paths of the route; 0: no route
+		warning     string // part of the Warning's note; "": no Warning
 	}
 	cases := []input{
-		{name: "slash", model: "org/model"},
-		{name: "upper", labels: modelLabels("UPPER")},
-		{name: "long", model: strings.Repeat("m", 300)},
-		{name: "unicode", model: "модель-模型-🦙"},
-		{name: "slash-svc", model: "org/model-" + ns, annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}},
-		{name: "long-svc", model: strings.Repeat("n", 300), annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}},
-		{name: "port-abc", labels: modelLabels("port-abc-"+ns, portKey, "abc")},
-		{name: "port-zero", labels: modelLabels("port-zero-"+ns, portKey, "0")},
-		{name: "port-high", labels: modelLabels("port-high-"+ns, portKey, "70000")},
-		{name: "path-space", labels: modelLabels("path-space-" + ns), annotations: map[string]string{pathsKey: "/with space,/ok"}},
-		{name: "path-dup", labels: modelLabels("path-dup-" + ns), annotations: map[string]string{pathsKey: "/a,/a, /a ,/a/"}},
-		{name: "path-relative", labels: modelLabels("path-rel-" + ns), annotations: map[string]string{pathsKey: "v1/chat"}},
-		{name: "path-200", labels: modelLabels("path-200-" + ns), annotations: map[string]string{pathsKey: strings.Join(many, ",")}},
+		{name: "slash", model: "org/model", warning: `Service name "org/model" for model "org/model" is not a valid Service name`},
+		{name: "upper", labels: modelLabels("UPPER"), warning: `Service name "UPPER" for model "UPPER" is not a valid Service name`},
+		{name: "long", model: strings.Repeat("m", 300), warning: "is not a valid Service name"},
+		{name: "unicode", model: "модель-模型-🦙", warning: "cannot be routed: must be printable US-ASCII"},
+		{name: "slash-svc", model: "org/model-" + ns, annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
+		{name: "long-svc", model: strings.Repeat("n", 300), annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
+		{name: "port-abc", labels: modelLabels("port-abc-"+ns, portKey, "abc"), wantPaths: 11, warning: `value "abc" is not a decimal number; using 8000`},
+		{name: "port-zero", labels: modelLabels("port-zero-"+ns, portKey, "0"), wantPaths: 11, warning: `value "0" is out of range 1-65535; using 8000`},
+		{name: "port-high", labels: modelLabels("port-high-"+ns, portKey, "70000"), wantPaths: 11, warning: `value "70000" is out of range 1-65535; using 8000`},
+		{name: "path-space", labels: modelLabels("path-space-" + ns), annotations: map[string]string{pathsKey: "/with space,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/with space"`},
+		{name: "path-dup", labels: modelLabels("path-dup-" + ns), annotations: map[string]string{pathsKey: "/a,/a, /a ,/a/"}, wantPaths: 13},
+		{name: "path-relative", labels: modelLabels("path-rel-" + ns), annotations: map[string]string{pathsKey: "v1/chat"}, wantPaths: 11, warning: `Ignoring custom path "v1/chat"`},
+		{name: "path-200", labels: modelLabels("path-200-" + ns), annotations: map[string]string{pathsKey: strings.Join(many, ",")}, wantPaths: 75, warning: "Ignoring 136 custom paths"},
 	}
 	models := map[string]string{}
 	for _, c := range cases {
@@ -97,26 +105,23 @@ func TestBadWorkloadInput(t *testing.T) {
 
 	for _, c := range cases {
 		model := models[c.name]
-		var outcome string
-		eventually(t, fmt.Sprintf("a route or a Warning event for %s", c.name), func() error {
+		eventually(t, fmt.Sprintf("the outcome of %s", c.name), func() error {
 			route := getRoute(t, gw, routes.RouteName(model))
 			warns := warnings(ctx, t, ns, c.name)
 			switch {
-			case route != nil && len(warns) > 0:
-				outcome = fmt.Sprintf("route %s (backends %v, %d paths) and Warning %q", route.Name, backends(route), len(paths(route)), warns[0])
-			case route != nil:
-				outcome = fmt.Sprintf("route %s (backends %v, %d paths)", route.Name, backends(route), len(paths(route)))
-			case len(warns) > 0:
-				outcome = fmt.Sprintf("no route, Warning %q", warns[0])
-			default:
-				return fmt.Errorf("neither yet")
+			case c.wantPaths == 0 && route != nil:
+				return fmt.Errorf("route %s exists, want none", route.Name)
+			case c.wantPaths > 0 && route == nil:
+				return fmt.Errorf("no route yet")
+			case c.wantPaths > 0 && len(paths(route)) != c.wantPaths:
+				return fmt.Errorf("route %s has %d paths, want %d", route.Name, len(paths(route)), c.wantPaths)
+			case c.warning == "" && len(warns) > 0:
+				return fmt.Errorf("Warning %q, want none", warns[0])
+			case c.warning != "" && (len(warns) == 0 || !strings.HasPrefix(warns[0], "InvalidSource: ") || !strings.Contains(warns[0], c.warning)):
+				return fmt.Errorf("Warnings %q, want InvalidSource containing %q", warns, c.warning)
 			}
 			return nil
 		})
-		if len(outcome) > 300 {
-			outcome = outcome[:300] + "..."
-		}
-		t.Logf("%s: %s", c.name, outcome)
 	}
 	// Port problems fall back to the default port and say so.
 	for _, c := range []string{"port-abc", "port-zero", "port-high"} {
@@ -126,13 +131,26 @@ func TestBadWorkloadInput(t *testing.T) {
 		}
 	}
 
-	// Quiet period: once every workload has its outcome, nothing is written any more.
-	time.Sleep(time.Second)
+	// Quiet period: once every workload has its outcome, nothing is written any more. The
+	// router is made to look at every workload again first (a change that alters nothing it
+	// reads, each counted as a reconcile; their Warning events are written again), then a
+	// window follows in which a write retry loop would show.
+	reconciles := testenv.ReconcileCount(controller.ControllerName)
+	for _, c := range cases {
+		patchMeta(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.name}}, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
+	}
+	eventually(t, "a reconcile of the changed workloads", func() error {
+		if n := testenv.ReconcileCount(controller.ControllerName) - reconciles; n < float64(len(cases)) {
+			return fmt.Errorf("%v reconciles counted since the change, want %d", n, len(cases))
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the Events of those reconciles
 	before := writeRequests(t)
 	const quiet = 4 * time.Second
 	time.Sleep(quiet)
 	writes := writeRequests(t) - before
-	t.Logf("%v API writes in the %s after all %d bad workloads settled", writes, quiet, len(cases))
+	t.Logf("%v API writes in the %s after all %d bad workloads settled and were reconciled again", writes, quiet, len(cases))
 	if writes > 2 {
 		t.Errorf("%v API writes in %s with nothing changing: a write retry loop", writes, quiet)
 	}

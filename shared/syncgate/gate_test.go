@@ -124,7 +124,8 @@ func TestGateHoldsUntilSlowResourceSyncs(t *testing.T) {
 
 	// During the delay: the probe server answers, readiness fails and names Pods.
 	waitFor(t, 2*time.Second, "the probe server to answer", func() bool { code, _ := probe(addr, "/healthz"); return code == 200 })
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, 2*time.Second, "the Pod list to be asked for (and held)", func() bool { return proxy.Held() > 0 })
+	waitFor(t, 2*time.Second, "the ConfigMap cache to sync", func() bool { code, _ := probe(addr, "/readyz/configmap"); return code == 200 })
 	if code, body := probe(addr, "/readyz"); code < 500 {
 		t.Errorf("/readyz during the delay: got %d %q, want 5xx", code, body)
 	}
@@ -395,7 +396,11 @@ func TestStandbyReplicaSyncsAndIsReady(t *testing.T) {
 	if code, _ := probe(leaderAddr, "/readyz"); code != 200 {
 		t.Errorf("leader /readyz: got %d, want 200", code)
 	}
-	time.Sleep(time.Second)
+	// A new ConfigMap: the leader reconciles it; the standby, with the same synced cache,
+	// must not.
+	_, before, _ := leaderRec.first()
+	seedConfigMap(t, "standby-new")
+	waitFor(t, 10*time.Second, "the leader to reconcile the new ConfigMap", func() bool { _, n, _ := leaderRec.first(); return n > before })
 	if _, n, _ := standbyRec.first(); n != 0 {
 		t.Errorf("the standby reconciled %d times, want 0", n)
 	}

@@ -422,7 +422,10 @@ func TestOrphanRouteRemovedAfterRestart(t *testing.T) {
 	if err := k8s.Delete(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	waitFor(t, 30*time.Second, "the Deployment gone while the router is stopped", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), &appsv1.Deployment{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 	if err := routeErr(model + "-router"); err != nil {
 		t.Fatalf("the route went away while the controller was stopped: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -18,6 +19,7 @@ import (
 type SlowProxy struct {
 	*httptest.Server
 	delayed sync.Map // path -> time.Duration
+	held    atomic.Int64
 }
 
 // NewSlowProxy starts a proxy to the API server of cfg. Close it when done.
@@ -41,6 +43,7 @@ func NewSlowProxy(cfg *rest.Config) (*SlowProxy, error) {
 	}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d, ok := p.delayed.Load(r.URL.Path); ok && isInitialList(r) {
+			p.held.Add(1)
 			select {
 			case <-time.After(d.(time.Duration)):
 			case <-r.Context().Done():
@@ -59,6 +62,10 @@ func isInitialList(r *http.Request) bool {
 
 // Delay holds back the initial list of a collection path such as /api/v1/pods.
 func (p *SlowProxy) Delay(path string, d time.Duration) { p.delayed.Store(path, d) }
+
+// Held is how many initial lists the proxy has held back so far: a test checks that the
+// delayed list was asked for before it claims what the client did meanwhile.
+func (p *SlowProxy) Held() int64 { return p.held.Load() }
 
 // Config is a client configuration that goes through the proxy.
 func (p *SlowProxy) Config() *rest.Config { return &rest.Config{Host: p.URL} }

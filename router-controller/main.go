@@ -17,7 +17,7 @@ func main() {
 	opts := setup.NewOptions()
 	opts.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
-	if err := setup.Run(ctrl.SetupSignalHandler(), opts); err != nil {
+	if err := setup.Run(ctrl.SetupSignalHandler(), opts, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "router-controller:", err)
 		os.Exit(1)
 	}

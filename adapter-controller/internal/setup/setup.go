@@ -4,6 +4,7 @@ package setup
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -55,15 +56,19 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.EngineTimeout, "engine-timeout", o.EngineTimeout, "Timeout of one engine HTTP request.")
 }
 
-// Validate checks every option.
+// Validate checks every option and says what is wrong with each bad one.
 func (o *Options) Validate() error {
+	var errs []error
 	if err := o.Options.Validate(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if o.EngineTimeout <= 0 {
-		return fmt.Errorf("--engine-timeout must be positive, got %s", o.EngineTimeout)
+		errs = append(errs, fmt.Errorf("--engine-timeout must be positive, got %s", o.EngineTimeout))
 	}
-	return o.Adapter.Validate()
+	if err := o.Adapter.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Scheme holds the types the binary reads and writes.
@@ -102,11 +107,12 @@ func CacheScopes() map[client.Object]cache.ByObject {
 	}
 }
 
-// Run builds the manager, declares the caches, sets the controller up and runs until ctx
-// ends. restConfig overrides the kubeconfig lookup (tests); nil uses the flags.
-func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
+// Build validates the options, builds the gated manager, declares the caches and sets the
+// ModelAdapter controller up. restConfig overrides the kubeconfig lookup (tests); nil means
+// the usual lookup. Nothing here blocks on a cache.
+func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, error) {
 	if err := o.Validate(); err != nil {
-		return fmt.Errorf("invalid options: %w", err)
+		return nil, fmt.Errorf("invalid options: %w", err)
 	}
 	a, err := app.New(o.Options, app.Config{
 		Controller: ControllerName,
@@ -115,22 +121,31 @@ func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
 		RESTConfig: restConfig,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := a.Gate.Register(ctx, Resources()...); err != nil {
-		return err
+		return nil, err
 	}
 	eng, err := engine.New(engine.Options{Timeout: o.EngineTimeout, Observer: adapter.ObserveEngineRequest})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r, err := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
 		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, o.Adapter)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.SetupWithManager(a.Manager); err != nil {
-		return fmt.Errorf("setting up the ModelAdapter controller: %w", err)
+		return nil, fmt.Errorf("setting up the ModelAdapter controller: %w", err)
+	}
+	return a, nil
+}
+
+// Run builds the manager (see Build) and runs it until ctx ends.
+func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
+	a, err := Build(ctx, o, restConfig)
+	if err != nil {
+		return err
 	}
 	return a.Run(ctx)
 }

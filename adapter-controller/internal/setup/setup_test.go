@@ -5,6 +5,7 @@ import (
 	"flag"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,4 +165,21 @@ func httpStatus(url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestValidateReportsEveryBadOption: all bad options are named at once, not the first only.
+func TestValidateReportsEveryBadOption(t *testing.T) {
+	o := setup.NewOptions()
+	o.EngineTimeout = 0
+	o.Adapter.RetryLimit = 0
+	o.CacheSyncTimeout = -1
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("Validate() accepted bad options")
+	}
+	for _, want := range []string{"--engine-timeout", "retry limits", "cache-sync-timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %q, does not name %s", err, want)
+		}
+	}
 }

@@ -268,10 +268,9 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	return a, nil
 }
 
-// Run builds the manager, declares the caches, sets the controller up and runs until ctx
-// ends.
-func Run(ctx context.Context, o *Options) error {
-	a, err := Build(ctx, o, nil)
+// Run builds the manager (see Build) and runs it until ctx ends.
+func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
+	a, err := Build(ctx, o, restConfig)
 	if err != nil {
 		return err
 	}

@@ -108,14 +108,14 @@ func TestLoadOnAllPods(t *testing.T) {
 	}
 	// Nothing to change: a reconcile of the adapter (forced by a label it does not read) and
 	// two inventory polls must write nothing.
-	rv, statusRV := eps.ResourceVersion, got.ResourceVersion
+	rv := eps.ResourceVersion
 	reconciles, lists := testenv.ReconcileCount("modeladapter"), engines[0].Lists()
 	touch := client.MergeFrom(got.DeepCopy())
 	got.Labels = map[string]string{"example.com/touched": "1"}
 	if err := k8s.Patch(ctx, got, touch); err != nil {
 		t.Fatal(err)
 	}
-	statusRV = got.ResourceVersion
+	statusRV := got.ResourceVersion // after the touch
 	waitFor(t, 3*inventoryPeriod+5*time.Second, "a reconcile after the touch and two inventory polls", func() bool {
 		return testenv.ReconcileCount("modeladapter") > reconciles && engines[0].Lists() >= lists+2
 	})

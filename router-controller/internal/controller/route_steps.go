@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -175,16 +176,15 @@ func mergeMetadata(dst, desired metav1.Object) {
 	dst.SetAnnotations(merged(dst.GetAnnotations(), desired.GetAnnotations()))
 }
 
+// merged is base with overlay's entries set, in a new map (base is a cached object's).
 func merged(base, overlay map[string]string) map[string]string {
 	if len(overlay) == 0 {
 		return base
 	}
-	out := make(map[string]string, len(base)+len(overlay))
-	for k, v := range base {
-		out[k] = v
+	out := maps.Clone(base)
+	if out == nil {
+		out = make(map[string]string, len(overlay))
 	}
-	for k, v := range overlay {
-		out[k] = v
-	}
+	maps.Copy(out, overlay)
 	return out
 }

@@ -3,28 +3,38 @@ package adapter
 import (
 	"sync"
 	"time"
+
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
 )
 
-// backoffs tracks failures per (adapter, pod, operation): each failure doubles the wait up
-// to a maximum, and a success forgets the entry.
+// backoffs tracks failures per (adapter, pod, operation). The delay before the next attempt
+// comes from client-go's flowcontrol.Backoff (doubling from base up to max, reset after a
+// long quiet); on top of it each entry keeps what the status reports: how many attempts
+// failed and the last error. A success forgets the entry, and so does a pod that is gone or
+// no longer chosen (retain).
 type backoffs struct {
-	base, max time.Duration
-	mu        sync.Mutex
-	entries   map[backoffKey]*backoffEntry
+	delays  *flowcontrol.Backoff
+	mu      sync.Mutex
+	entries map[backoffKey]*backoffEntry
 }
 
 type backoffKey struct {
 	namespace, adapter, pod, op string
 }
 
+func (k backoffKey) id() string { return k.namespace + "/" + k.adapter + "/" + k.pod + "/" + k.op }
+
 type backoffEntry struct {
 	failures int
-	next     time.Time
+	failedAt time.Time
 	lastErr  error
 }
 
-func newBackoffs(base, maxDelay time.Duration) *backoffs {
-	return &backoffs{base: base, max: maxDelay, entries: map[backoffKey]*backoffEntry{}}
+func newBackoffs(base, maxDelay time.Duration, clk clock.Clock) *backoffs {
+	delays := flowcontrol.NewBackOff(base, maxDelay)
+	delays.Clock = clk
+	return &backoffs{delays: delays, entries: map[backoffKey]*backoffEntry{}}
 }
 
 // wait returns how long to wait before the next attempt (0: go ahead) and the failures so far.
@@ -35,7 +45,7 @@ func (b *backoffs) wait(k backoffKey, now time.Time) (time.Duration, int, error)
 	if !ok {
 		return 0, 0, nil
 	}
-	if d := e.next.Sub(now); d > 0 {
+	if d := e.failedAt.Add(b.delays.Get(k.id())).Sub(now); d > 0 {
 		return d, e.failures, e.lastErr
 	}
 	return 0, e.failures, e.lastErr
@@ -52,19 +62,15 @@ func (b *backoffs) failed(k backoffKey, now time.Time, err error) (int, time.Dur
 	}
 	e.failures++
 	e.lastErr = err
-	d := b.base
-	for i := 1; i < e.failures && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
-	e.next = now.Add(d)
-	return e.failures, d
+	e.failedAt = now
+	b.delays.Next(k.id(), now)
+	return e.failures, b.delays.Get(k.id())
 }
 
 func (b *backoffs) succeeded(k backoffKey) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.entries, k)
+	b.drop(k)
 }
 
 // forgetAdapter drops every entry of an adapter (deleted).
@@ -73,7 +79,7 @@ func (b *backoffs) forgetAdapter(namespace, adapter string) {
 	defer b.mu.Unlock()
 	for k := range b.entries {
 		if k.namespace == namespace && k.adapter == adapter {
-			delete(b.entries, k)
+			b.drop(k)
 		}
 	}
 }
@@ -85,7 +91,13 @@ func (b *backoffs) retain(namespace, adapter, op string, pods map[string]bool) {
 	defer b.mu.Unlock()
 	for k := range b.entries {
 		if k.namespace == namespace && k.adapter == adapter && k.op == op && !pods[k.pod] {
-			delete(b.entries, k)
+			b.drop(k)
 		}
 	}
+}
+
+// drop forgets one entry; b.mu is held.
+func (b *backoffs) drop(k backoffKey) {
+	delete(b.entries, k)
+	b.delays.DeleteEntry(k.id())
 }

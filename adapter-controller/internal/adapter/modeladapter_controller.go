@@ -133,8 +133,8 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 	}
 	r := &Reconciler{
 		client: c, apiReader: apiReader, engine: eng, recorder: recorder, clock: clk, opts: opts,
-		backoff:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
-		deletions: newBackoffs(opts.BaseBackoff, opts.MaxBackoff),
+		backoff:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
+		deletions: newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
 		slots:     semaphore.NewWeighted(int64(opts.MaxParallelEngineCalls)),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk, inventoryHooks{

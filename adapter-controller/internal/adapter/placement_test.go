@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
@@ -97,9 +98,9 @@ func TestPolicyFor(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	b := newBackoffs(time.Second, 8*time.Second)
-	k := backoffKey{"ns", "a", "p", "load"}
 	now := time.Unix(1000, 0)
+	b := newBackoffs(time.Second, 8*time.Second, clocktesting.NewFakeClock(now))
+	k := backoffKey{"ns", "a", "p", "load"}
 	if d, n, _ := b.wait(k, now); d != 0 || n != 0 {
 		t.Fatalf("fresh key waits %s after %d failures", d, n)
 	}

@@ -3,22 +3,13 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
-
-	ctrl "sigs.k8s.io/controller-runtime"
+	"context"
 
 	"github.com/modelplane/modelplane/router-controller/internal/setup"
+	"github.com/modelplane/modelplane/shared/app"
 )
 
 func main() {
-	fs := flag.NewFlagSet("router-controller", flag.ExitOnError)
 	opts := setup.NewOptions()
-	opts.AddFlags(fs)
-	_ = fs.Parse(os.Args[1:])
-	if err := setup.Run(ctrl.SetupSignalHandler(), opts, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "router-controller:", err)
-		os.Exit(1)
-	}
+	app.Main("router-controller", opts.AddFlags, func(ctx context.Context) error { return setup.Run(ctx, opts, nil) })
 }

@@ -270,9 +270,5 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 
 // Run builds the manager (see Build) and runs it until ctx ends.
 func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
-	a, err := Build(ctx, o, restConfig)
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
+	return app.BuildAndRun(ctx, func(ctx context.Context) (*app.App, error) { return Build(ctx, o, restConfig) })
 }

@@ -18,15 +18,6 @@ type sglangClient struct{ t *transport }
 
 var _ Client = (*sglangClient)(nil)
 
-type sglangLoadBody struct {
-	LoraName string `json:"lora_name"`
-	LoraPath string `json:"lora_path"`
-}
-
-type sglangUnloadBody struct {
-	LoraName string `json:"lora_name"`
-}
-
 type sglangResult struct {
 	Success      *bool  `json:"success"`
 	ErrorMessage string `json:"error_message"`
@@ -44,7 +35,7 @@ func (c *sglangClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) e
 	r, err := c.t.do(ctx, call{
 		engine: KindSGLang, op: OpLoad, ep: ep, port: ep.port(),
 		method: http.MethodPost, path: sglangLoadPath,
-		body: sglangLoadBody{LoraName: req.Name, LoraPath: path},
+		body: loraLoadBody{LoraName: req.Name, LoraPath: path},
 	})
 	if err != nil {
 		return err
@@ -64,7 +55,7 @@ func (c *sglangClient) Unload(ctx context.Context, ep Endpoint, adapterName stri
 	r, err := c.t.do(ctx, call{
 		engine: KindSGLang, op: OpUnload, ep: ep, port: ep.port(),
 		method: http.MethodPost, path: sglangUnloadPath,
-		body: sglangUnloadBody{LoraName: adapterName},
+		body: loraUnloadBody{LoraName: adapterName},
 	})
 	if err != nil {
 		return err

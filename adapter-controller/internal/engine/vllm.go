@@ -17,16 +17,19 @@ type vllmClient struct{ t *transport }
 
 var _ Client = (*vllmClient)(nil)
 
-type vllmLoadBody struct {
+// loraLoadBody is the load request of vLLM and SGLang: both take the adapter's name and
+// path.
+type loraLoadBody struct {
 	LoraName string `json:"lora_name"`
 	LoraPath string `json:"lora_path"`
 	// LoadInplace replaces the weights of a loaded adapter of that name
-	// (vLLM's LoadLoRAAdapterRequest.load_inplace); versions without it
-	// ignore the field and answer "already loaded".
+	// (vLLM's LoadLoRAAdapterRequest.load_inplace); vLLM versions without
+	// it ignore the field and answer "already loaded". Never sent to SGLang.
 	LoadInplace bool `json:"load_inplace,omitempty"`
 }
 
-type vllmUnloadBody struct {
+// loraUnloadBody is the unload request of vLLM and SGLang.
+type loraUnloadBody struct {
 	LoraName string `json:"lora_name"`
 }
 
@@ -46,7 +49,7 @@ func (c *vllmClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) err
 	r, err := c.t.do(ctx, call{
 		engine: KindVLLM, op: OpLoad, ep: ep, port: ep.port(),
 		method: http.MethodPost, path: vllmLoadPath,
-		body: vllmLoadBody{LoraName: req.Name, LoraPath: path, LoadInplace: req.Replace},
+		body: loraLoadBody{LoraName: req.Name, LoraPath: path, LoadInplace: req.Replace},
 	})
 	if err != nil {
 		return err
@@ -68,7 +71,7 @@ func (c *vllmClient) Unload(ctx context.Context, ep Endpoint, adapterName string
 	r, err := c.t.do(ctx, call{
 		engine: KindVLLM, op: OpUnload, ep: ep, port: ep.port(),
 		method: http.MethodPost, path: vllmUnloadPath,
-		body: vllmUnloadBody{LoraName: adapterName},
+		body: loraUnloadBody{LoraName: adapterName},
 	})
 	if err != nil {
 		return err

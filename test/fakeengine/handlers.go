@@ -300,7 +300,13 @@ func (e *Engine) vllmLoad(body []byte, lie bool) reply {
 }
 
 func (e *Engine) vllmUnload(body []byte, lie bool) reply {
-	var req loadRequest
+	return e.unloadVLLMStyle(body, lie, "removed")
+}
+
+// unloadVLLMStyle is the unload of vLLM and of the runtime sidecar, which relays vLLM's
+// answers; done is the verb of the success message.
+func (e *Engine) unloadVLLMStyle(body []byte, lie bool, done string) reply {
+	var req runtimeUnloadRequest // vLLM's body is the same without cleanup_local
 	if err := decode(body, &req); err != nil {
 		return badRequest(styleVLLM, err.Error())
 	}
@@ -310,7 +316,7 @@ func (e *Engine) vllmUnload(body []byte, lie bool) reply {
 	if !e.unload(req.LoraName, lie) {
 		return vllmError(http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoraName), "NotFoundError")
 	}
-	return okText(fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.LoraName))
+	return okText(fmt.Sprintf("Success: LoRA adapter '%s' %s successfully.", req.LoraName, done))
 }
 
 func (e *Engine) sglangLoad(body []byte, lie bool) reply {
@@ -369,17 +375,7 @@ func (e *Engine) runtimeLoad(body []byte, lie bool) reply {
 }
 
 func (e *Engine) runtimeUnload(body []byte, lie bool) reply {
-	var req runtimeUnloadRequest
-	if err := decode(body, &req); err != nil {
-		return badRequest(styleVLLM, err.Error())
-	}
-	if req.LoraName == "" {
-		return badRequest(styleVLLM, "'lora_name' needs to be provided to unload a LoRA adapter.")
-	}
-	if !e.unload(req.LoraName, lie) {
-		return vllmError(http.StatusNotFound, fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoraName), "NotFoundError")
-	}
-	return okText(fmt.Sprintf("Success: LoRA adapter '%s' unloaded successfully.", req.LoraName))
+	return e.unloadVLLMStyle(body, lie, "unloaded")
 }
 
 type modelCard struct {

@@ -1,35 +1,162 @@
 #!/usr/bin/env bash
-# make e2e: the e2e suite on kind with built images. E2E_DRY_RUN=1 prints every command
-# instead of running it (this machine has no Docker engine).
+# make e2e: the e2e suite on a kind cluster, with the controllers' images built from the
+# Dockerfile and deploy/ applied as shipped (an overlay that changes only image references).
+#
+#   E2E_DRY_RUN=1   print every command instead of running it
+#   KIND_CLUSTER    cluster name (default modelplane-e2e); reused when it exists
+#   KIND_NODE_IMAGE node image (default kindest/node:$KUBE_VERSION)
+#
+# Every kubectl call names the cluster's context; networks lie in 198.18.0.0/15 (RFC 2544):
+# the kind network, the pod and the service subnets. The API server listens on 127.0.0.1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cluster=${KIND_CLUSTER:-modelplane}
-kind=${KIND:-kind}
-tag=e2e
-run() { if [ -n "${E2E_DRY_RUN:-}" ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
-
+cluster=${KIND_CLUSTER:-modelplane-e2e}
+context=kind-$cluster
+kind=${KIND:-$root/bin/kind}
+node_image=${KIND_NODE_IMAGE:-kindest/node:${KUBE_VERSION:-v1.37.2}}
+registry=${IMAGE_REGISTRY:-ghcr.io/modelplane}
+tag=${E2E_IMAGE_TAG:-e2e}
+network=${KIND_NETWORK:-modelplane-e2e}
+network_subnet=${KIND_NETWORK_SUBNET:-198.18.8.0/24}
+pod_subnet=${KIND_POD_SUBNET:-198.18.128.0/17}
+service_subnet=${KIND_SERVICE_SUBNET:-198.19.0.0/16}
+art=$root/_artifacts/e2e-kind
+kubectl=("$root/bin/kubectl" --context "$context")
+dry=${E2E_DRY_RUN:-}
+run() { if [ -n "$dry" ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
+step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 cd "$root"
-if [ -n "${E2E_DRY_RUN:-}" ] || ! "$kind" get clusters 2>/dev/null | grep -qx "$cluster"; then
-  run "$kind" create cluster --name "$cluster" --wait 120s
+mkdir -p "$art"
+start=$(date +%s)
+
+# On failure: kind's logs (nodes, kubelet, containerd, pods) into _artifacts.
+on_exit() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ -z "$dry" ] && "$kind" get clusters 2>/dev/null | grep -qx "$cluster"; then
+    echo "make e2e failed (exit $rc): exporting kind's logs to $art/logs" >&2
+    "$kind" export logs --name "$cluster" "$art/logs" >/dev/null 2>&1 || true
+  fi
+}
+trap on_exit EXIT
+
+step "kind network $network ($network_subnet, IPv4 only)"
+if [ -n "$dry" ] || ! docker network inspect "$network" >/dev/null 2>&1; then
+  run docker network create -d bridge --subnet "$network_subnet" \
+    -o com.docker.network.bridge.enable_ip_masquerade=true "$network"
 fi
-gw=$(cd router-controller && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)
-run bin/kubectl apply --server-side -f "$gw/config/crd/standard"
+
+step "cluster $cluster ($node_image)"
+cat >"$art/kind-config.yaml" <<YAML
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  ipFamily: ipv4
+  apiServerAddress: 127.0.0.1
+  podSubnet: $pod_subnet
+  serviceSubnet: $service_subnet
+  # One node: the standard ptp/host-local/portmap CNI plugins, configured below, instead of
+  # kindnetd (one more image, and nothing to route between nodes).
+  disableDefaultCNI: true
+nodes:
+- role: control-plane
+YAML
+if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ]; then
+  # cgroup v1 host: kubelet >= 1.35 refuses it unless told (KEP-5573); kubeadm's
+  # SystemVerification preflight says the same.
+  cat >>"$art/kind-config.yaml" <<YAML
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+- |
+  kind: InitConfiguration
+  nodeRegistration:
+    ignorePreflightErrors: ["SystemVerification"]
+YAML
+fi
+if (( (0x$(awk '/^CapBnd:/ {print $2}' /proc/self/status) >> 24 & 1) == 0 )); then
+  # No CAP_SYS_RESOURCE on this machine (a sandbox; hack/images/docker-up.sh): the node cannot
+  # lower a process's oom_score_adj, which runc does for every pod sandbox unless containerd
+  # clamps it at its own (as kind does on rootless hosts).
+  cat >>"$art/kind-config.yaml" <<YAML
+containerdConfigPatches:
+- |-
+  [plugins."io.containerd.grpc.v1.cri"]
+    restrict_oom_score_adj = true
+YAML
+fi
+if [ -n "$dry" ] || ! "$kind" get clusters 2>/dev/null | grep -qx "$cluster"; then
+  run env KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" "$kind" create cluster --name "$cluster" \
+    --image "$node_image" --config "$art/kind-config.yaml" --retain
+else
+  echo "reusing cluster $cluster"
+fi
+node=$cluster-control-plane
+# The CNI configuration: ptp veth pairs with host-local addresses from the node's podCIDR
+# (allocated by the controller manager shortly after the node registers) and portmap.
+cidr='<node podCIDR>'
+if [ -z "$dry" ]; then
+  for _ in $(seq 120); do
+    cidr=$("${kubectl[@]}" get node "$node" -o jsonpath='{.spec.podCIDR}' 2>/dev/null || true)
+    [ -n "$cidr" ] && break
+    sleep 1
+  done
+  [ -n "$cidr" ] || { echo "node $node got no podCIDR within 120 s" >&2; exit 1; }
+fi
+conf='{"cniVersion":"0.4.0","name":"modelplane","plugins":[{"type":"ptp","ipMasq":true,"mtu":1500,'
+conf+='"ipam":{"type":"host-local","ranges":[[{"subnet":"'$cidr'"}]],"routes":[{"dst":"0.0.0.0/0"}]}},'
+conf+='{"type":"portmap","capabilities":{"portMappings":true}}]}'
+if [ -n "$dry" ] || [ "$(docker exec "$node" cat /etc/cni/net.d/10-modelplane.conflist 2>/dev/null)" != "$conf" ]; then
+  run docker exec -i "$node" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-modelplane.conflist' <<<"$conf"
+fi
+run "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=180s
+run "${kubectl[@]}" -n kube-system rollout status deploy/coredns --timeout=180s
+
+step "Gateway API CRDs"
+gwv=$(cd router-controller && GOWORK=off go list -m -f '{{.Version}}' sigs.k8s.io/gateway-api)
+gw=$(GOWORK=off GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$gwv" | jq -r .Dir)
+run "${kubectl[@]}" apply --server-side -f "$gw/config/crd/standard"
+
+step "images ($registry/*:$tag)"
 for b in adapter-controller router-controller; do
-  run docker build --build-arg BINARY=$b -t ghcr.io/modelplane/$b:$tag .
-  run "$kind" load docker-image --name "$cluster" ghcr.io/modelplane/$b:$tag
+  run make --no-print-directory docker-build BINARY=$b IMAGE_REGISTRY="$registry" IMAGE_TAG="$tag"
 done
-run docker build -f test/fakeengine.Dockerfile -t ghcr.io/modelplane/fake-engine:$tag .
-run "$kind" load docker-image --name "$cluster" ghcr.io/modelplane/fake-engine:$tag
-run bin/kubectl kustomize deploy/default -o _artifacts/e2e-kind.yaml
-run sed -i "s#:latest#:$tag#" _artifacts/e2e-kind.yaml
-run bin/kubectl apply --server-side -f _artifacts/e2e-kind.yaml
-run bin/kubectl create namespace aibrix-system
-run bin/kubectl -n modelplane-system rollout status deploy/adapter-controller deploy/router-controller --timeout 180s
-echo "Note: on kind each model pod runs the fake engine image (fake-engine --serve-pod); the engine"
-echo "admin checks (per-engine adapter lists, engine restart) and the metrics scrape test are skipped there."
-k="$root/bin/kubectl -n modelplane-system"
-run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_ENGINE_IMAGE=ghcr.io/modelplane/fake-engine:$tag \
+run docker build -q -f test/fakeengine.Dockerfile -t "$registry/fake-engine:$tag" .
+for b in adapter-controller router-controller fake-engine; do
+  run "$kind" load docker-image --name "$cluster" "$registry/$b:$tag"
+done
+
+step "deploy/default with the e2e images"
+overlay=$art/overlay
+mkdir -p "$overlay"
+cat >"$overlay/kustomization.yaml" <<YAML
+# Generated by hack/e2e-kind.sh: deploy/default as shipped, image references changed only.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$overlay" deploy/default)
+images:
+- name: ghcr.io/modelplane/adapter-controller
+  newName: $registry/adapter-controller
+  newTag: $tag
+- name: ghcr.io/modelplane/router-controller
+  newName: $registry/router-controller
+  newTag: $tag
+YAML
+run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
+run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
+# The images keep their tag across runs: restart so the pods run the image just loaded.
+run "${kubectl[@]}" -n modelplane-system rollout restart deploy/adapter-controller deploy/router-controller
+run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
+run "${kubectl[@]}" -n modelplane-system rollout status deploy/adapter-controller --timeout 180s
+run "${kubectl[@]}" -n modelplane-system rollout status deploy/router-controller --timeout 180s
+run "${kubectl[@]}" -n modelplane-system get pods -o wide
+
+step "e2e suite"
+k="${kubectl[*]} -n modelplane-system"
+run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_CONTEXT="$context" E2E_REPO_ROOT="$root" \
+  E2E_ENGINE_IMAGE="$registry/fake-engine:$tag" \
   E2E_STOP_ROUTER="$k scale deploy/router-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=router-controller --timeout=60s" \
   E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s" \
-  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 20m -v ./"
-echo "Clean up with: $kind delete cluster --name $cluster"
+  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 30m -v ./ 2>&1 | tee '$art/suite.log'; exit \${PIPESTATUS[0]}"
+echo "make e2e passed in $(( $(date +%s) - start )) s. Delete the cluster with: $kind delete cluster --name $cluster"

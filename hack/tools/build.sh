@@ -34,8 +34,11 @@ goinstall() { # name package
 }
 
 case "$tool" in
-kube)
+kube|kube-node)
+  # kube: what a local (kwok) cluster and the tests run on the host. kube-node: what a kind
+  # node runs on top (kubelet, kubeadm, kube-proxy); the offline image kit (hack/images) uses both.
   names=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  [ "$tool" = kube-node ] && names=(kubelet kubeadm kube-proxy)
   if ! have "${names[@]}"; then
     echo "Building Kubernetes ${version} (${names[*]}); a cold build takes several minutes"
     minor=${version#v1.}; minor=${minor%%.*}
@@ -64,6 +67,18 @@ kwok)
     have "$n" || { echo "Building $n ${version}"; goinstall "$n" "sigs.k8s.io/kwok/cmd/$n"; }
     link "$n"
   done
+  ;;
+coredns)
+  have coredns || { echo "Building coredns ${version}"; goinstall coredns github.com/coredns/coredns; }
+  link coredns
+  ;;
+crictl)
+  have crictl || { echo "Building crictl ${version}"; goinstall crictl sigs.k8s.io/cri-tools/cmd/crictl; }
+  link crictl
+  ;;
+kind)
+  have kind || { echo "Building kind ${version}"; goinstall kind sigs.k8s.io/kind; }
+  link kind
   ;;
 controller-gen)
   have controller-gen || { echo "Building controller-gen ${version}"; goinstall controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen; }

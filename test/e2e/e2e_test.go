@@ -27,8 +27,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
@@ -44,7 +44,8 @@ func TestMain(m *testing.M) {
 	utilruntime.Must(v1alpha1.AddToScheme(s))
 	utilruntime.Must(gatewayv1.Install(s))
 	utilruntime.Must(gatewayv1beta1.Install(s))
-	cfg, err := ctrl.GetConfig()
+	// E2E_CONTEXT names the kubeconfig context (make e2e: the kind cluster's), else the current one.
+	cfg, err := config.GetConfigWithContext(os.Getenv("E2E_CONTEXT"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: KUBECONFIG:", err)
 		os.Exit(2)

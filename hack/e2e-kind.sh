@@ -59,6 +59,12 @@ networking:
   disableDefaultCNI: true
 nodes:
 - role: control-plane
+  # The suite's engine admin aggregator (test/e2e/kind), on loopback only.
+  extraPortMappings:
+  - {containerPort: 30940, hostPort: 29400, listenAddress: 127.0.0.1, protocol: TCP}
+  # The controllers' metrics (NodePorts of test/e2e/kind), on loopback only.
+  - {containerPort: 30943, hostPort: 28443, listenAddress: 127.0.0.1, protocol: TCP}
+  - {containerPort: 30944, hostPort: 28444, listenAddress: 127.0.0.1, protocol: TCP}
 YAML
 if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ]; then
   # cgroup v1 host: kubelet >= 1.35 refuses it unless told (KEP-5573); kubeadm's
@@ -85,13 +91,19 @@ containerdConfigPatches:
     restrict_oom_score_adj = true
 YAML
 fi
+node=$cluster-control-plane
+if [ -z "$dry" ] && "$kind" get clusters 2>/dev/null | grep -qx "$cluster" &&
+  [ "$(docker exec "$node" cat /kind/modelplane-kind-config.yaml 2>/dev/null)" != "$(cat "$art/kind-config.yaml")" ]; then
+  echo "cluster $cluster was created from another configuration: recreating it"
+  "$kind" delete cluster --name "$cluster"
+fi
 if [ -n "$dry" ] || ! "$kind" get clusters 2>/dev/null | grep -qx "$cluster"; then
   run env KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" "$kind" create cluster --name "$cluster" \
     --image "$node_image" --config "$art/kind-config.yaml" --retain
+  run docker exec -i "$node" sh -c 'cat > /kind/modelplane-kind-config.yaml' <"$art/kind-config.yaml"
 else
   echo "reusing cluster $cluster"
 fi
-node=$cluster-control-plane
 # The CNI configuration: ptp veth pairs with host-local addresses from the node's podCIDR
 # (allocated by the controller manager shortly after the node registers) and portmap.
 cidr='<node podCIDR>'
@@ -135,6 +147,7 @@ apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
 - $(realpath --relative-to="$overlay" deploy/default)
+- $(realpath --relative-to="$overlay" test/e2e/kind)
 images:
 - name: ghcr.io/modelplane/adapter-controller
   newName: $registry/adapter-controller
@@ -142,21 +155,42 @@ images:
 - name: ghcr.io/modelplane/router-controller
   newName: $registry/router-controller
   newTag: $tag
+- name: ghcr.io/modelplane/fake-engine
+  newName: $registry/fake-engine
+  newTag: $tag
 YAML
 run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
+# The ClusterRole a Prometheus scrapes with (the suite's metrics reader is bound to it).
+run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
 run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
 # The images keep their tag across runs: restart so the pods run the image just loaded.
 run "${kubectl[@]}" -n modelplane-system rollout restart deploy/adapter-controller deploy/router-controller
+run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
 run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
 run "${kubectl[@]}" -n modelplane-system rollout status deploy/adapter-controller --timeout 180s
 run "${kubectl[@]}" -n modelplane-system rollout status deploy/router-controller --timeout 180s
+run "${kubectl[@]}" -n fake-engine-system rollout status deploy/fake-engine-admin --timeout 120s
 run "${kubectl[@]}" -n modelplane-system get pods -o wide
+
+# Metrics as Prometheus scrapes them: HTTPS with the metrics reader's token.
+token=$(if [ -n "$dry" ]; then echo '<token>'; else "${kubectl[@]}" -n modelplane-system create token e2e-metrics-reader --duration=2h; fi)
 
 step "e2e suite"
 k="${kubectl[*]} -n modelplane-system"
-run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_CONTEXT="$context" E2E_REPO_ROOT="$root" \
-  E2E_ENGINE_IMAGE="$registry/fake-engine:$tag" \
+stack="$root/hack/e2e-kind-stack.sh"
+suite_dir=$art/suite
+rm -rf "$suite_dir" && mkdir -p "$suite_dir"
+run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_CONTEXT="$context" E2E_REPO_ROOT="$root" KIND_CLUSTER="$cluster" \
+  E2E_ENGINE_IMAGE="$registry/fake-engine:$tag" E2E_ENGINE_ADMIN=http://127.0.0.1:29400 \
+  E2E_METRICS_TOKEN="$token" E2E_ADAPTER_METRICS=https://127.0.0.1:28443/metrics E2E_ROUTER_METRICS=https://127.0.0.1:28444/metrics \
+  E2E_ADAPTER_STANDBY_METRICS=https://127.0.0.1:28445/metrics E2E_ROUTER_STANDBY_METRICS=https://127.0.0.1:28446/metrics \
   E2E_STOP_ROUTER="$k scale deploy/router-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=router-controller --timeout=60s" \
-  E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s" \
-  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 30m -v ./ 2>&1 | tee '$art/suite.log'; exit \${PIPESTATUS[0]}"
+  E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s && $stack start router-controller" \
+  E2E_KILL_ADAPTER="$stack kill adapter-controller" E2E_START_ADAPTER="$stack start adapter-controller" \
+  E2E_KILL_ROUTER="$stack kill router-controller" \
+  E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $suite_dir" E2E_ENSURE_ROUTER="$stack ensure router-controller $suite_dir" \
+  E2E_ADAPTER_READYZ="$stack ready adapter-controller" E2E_ROUTER_READYZ="$stack ready router-controller" \
+  E2E_RESTART_APISERVER="$stack restart-apiserver $suite_dir" E2E_STACK="$stack" E2E_LOG_DIR="$suite_dir" \
+  E2E_COLLECT_LOGS="$stack logs $suite_dir" E2E_LEASE_DURATION=15s \
+  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 40m -v ./ 2>&1 | tee '$art/suite.log'; exit \${PIPESTATUS[0]}"
 echo "make e2e passed in $(( $(date +%s) - start )) s. Delete the cluster with: $kind delete cluster --name $cluster"

@@ -1,12 +1,28 @@
 // Package e2e is the cluster-agnostic end-to-end suite (build tag e2e). It needs only
-// KUBECONFIG and, through environment variables, where to reach what the cluster runs:
+// KUBECONFIG (E2E_CONTEXT names the context) and, through environment variables, where to
+// reach what the cluster runs and how to inject faults there:
 //
-//	E2E_ENGINE_ADMIN      fake engine admin API (GET /engines, POST .../restart)
-//	E2E_ADAPTER_METRICS   adapter-controller metrics URL
+//	E2E_ENGINE_ADMIN      fake engine admin API (GET /engines, POST .../restart, .../fault):
+//	                      the host-mode fake engine on kwok, the aggregator over the
+//	                      in-pod admin APIs on kind (test/e2e/kind)
+//	E2E_ADAPTER_METRICS   adapter-controller metrics URL (HTTPS: with E2E_METRICS_TOKEN)
 //	E2E_ROUTER_METRICS    router-controller metrics URL
-//	E2E_STOP_ROUTER / E2E_START_ROUTER  shell commands that stop and start the router-controller
+//	E2E_METRICS_TOKEN     bearer token of a ServiceAccount allowed GET /metrics
+//	E2E_STOP_ROUTER / E2E_START_ROUTER  stop and start the router-controller
+//	E2E_KILL_ADAPTER / E2E_START_ADAPTER, E2E_KILL_ROUTER  SIGKILL the leader, bring it back
+//	E2E_ENSURE_ADAPTER / E2E_ENSURE_ROUTER  print "running" unless the process ended
+//	E2E_ADAPTER_READYZ / E2E_ROUTER_READYZ  readiness: a URL answering 200 or a command exiting 0
+//	E2E_RESTART_APISERVER SIGKILL kube-apiserver and wait until it answers again
+//	E2E_STACK             start/stop/kill NAME[-standby] DIR (leader failover)
+//	E2E_ADAPTER_STANDBY_METRICS / E2E_ROUTER_STANDBY_METRICS  the standbys' metrics URLs
+//	E2E_LOG_DIR           the controllers' logs (*-controller*.log); E2E_COLLECT_LOGS
+//	                      writes them there first (kind: kubectl logs of every replica)
+//	E2E_LEASE_DURATION    the controllers' leader election lease duration
 //	E2E_ENGINE_IMAGE      image of the model pods (kind: the fake engine image)
+//	E2E_REPO_ROOT         the repository (deploy/ is read from there)
 //	E2E_GATEWAY_NAMESPACE gateway namespace of the routes (default aibrix-system)
 //
-// make e2e-local sets them for the local kwok cluster, make e2e for kind.
+// make e2e-local sets them for the local kwok cluster (hack/e2e-local.sh, hack/stack.sh),
+// make e2e for kind (hack/e2e-kind.sh, hack/e2e-kind-stack.sh). A test skips only where a
+// variable is missing, and says which.
 package e2e

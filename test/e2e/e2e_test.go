@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -105,13 +106,72 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
 						Name: "engine", Image: env("E2E_ENGINE_IMAGE", "ghcr.io/modelplane/fake-engine:e2e"),
-						Args:  []string{"--serve-pod", "--port=8000", "--base-model=" + model},
-						Ports: []corev1.ContainerPort{{ContainerPort: 8000}},
+						// On kind each pod serves its own engine and, for the engine admin
+						// aggregator, its admin API; the API key comes from the pod's annotation
+						// (the host-mode fake engine reads the annotation itself on kwok).
+						Args:  []string{"--serve-pod", "--port=8000", "--base-model=" + model, "--pod-admin-address=:9400"},
+						Ports: []corev1.ContainerPort{{ContainerPort: 8000}, {Name: "admin", ContainerPort: 9400}},
+						Env: []corev1.EnvVar{
+							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+							fieldEnv("POD_IP", "status.podIP"),
+							fieldEnv("FAKE_ENGINE_API_KEY", "metadata.annotations['fake-engine.modelplane.dev/api-key']"),
+						},
 					}},
 				},
 			},
 		},
 	}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+// scrape GETs a metrics endpoint as Prometheus would: over HTTPS with the bearer token of a
+// ServiceAccount allowed to read metrics (E2E_METRICS_TOKEN; make e2e sets it, the serving
+// certificate is the controller's self-signed one), or plain HTTP (make e2e-local).
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := http.DefaultClient
+	if strings.HasPrefix(url, "https://") {
+		token := os.Getenv("E2E_METRICS_TOKEN")
+		if token == "" {
+			t.Fatalf("%s is HTTPS but E2E_METRICS_TOKEN is not set", url)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		c = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the controllers' self-signed serving certificate
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics %s: %s: %s", url, resp.Status, body)
+	}
+	return string(body)
+}
+
+// probe reports whether a readiness check passes: a URL answering 200, or a command exiting 0.
+func probe(check string) (bool, string) {
+	if strings.HasPrefix(check, "http://") || strings.HasPrefix(check, "https://") {
+		resp, err := http.Get(check)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	}
+	out, err := exec.Command("bash", "-c", check).CombinedOutput()
+	return err == nil, strings.TrimSpace(string(out))
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
@@ -445,15 +505,10 @@ func TestControllersExposeSyncMetrics(t *testing.T) {
 			if url == "" {
 				t.Skipf("%s is not set: the metrics of %s are not checked", env, name)
 			}
-			resp, err := http.Get(url)
-			if err != nil {
-				t.Fatalf("%s metrics: %v", name, err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			body := scrape(t, url)
 			for _, m := range []string{"modelplane_cache_sync_duration_seconds_count", "modelplane_cache_synced", "modelplane_cache_objects",
 				"modelplane_startup_duration_seconds", "# TYPE modelplane_cache_watch_errors_total counter"} {
-				if !strings.Contains(string(body), m) || !strings.Contains(string(body), `controller="`+name+`"`) {
+				if !strings.Contains(body, m) || !strings.Contains(body, `controller="`+name+`"`) {
 					t.Errorf("%s does not expose %s", name, m)
 				}
 			}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -485,15 +484,8 @@ func TestAPIServerRestart(t *testing.T) {
 			t.Errorf("%s did not survive the API server restart: %s", name, state)
 		}
 	}
-	for name, url := range readyz {
-		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) {
-			resp, err := http.Get(url)
-			if err != nil {
-				return false, err.Error()
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK, resp.Status
-		})
+	for name, check := range readyz {
+		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) { return probe(check) })
 	}
 	var wantRoutes []string
 	for _, m := range append(slices.Clone(models), adapters...) {
@@ -527,17 +519,8 @@ func TestAPIServerRestart(t *testing.T) {
 // many cache syncs the process has done.
 func syncCount(t *testing.T, url string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(scrape(t, url), "\n") {
 		if !strings.HasPrefix(line, "modelplane_cache_sync_duration_seconds_count") {
 			continue
 		}

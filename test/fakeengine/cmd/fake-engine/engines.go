@@ -282,6 +282,13 @@ func stopReason(had, want engineSpec, ok bool) string {
 	}
 }
 
+// add takes over an engine started elsewhere (the in-pod engine of --serve-pod).
+func (m *manager) add(spec engineSpec, e *fakeengine.Engine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.engines[spec.key()] = &running{spec: spec, engine: e}
+}
+
 // get returns the engine of a pod, or nil.
 func (m *manager) get(namespace, pod string) *running {
 	m.mu.Lock()

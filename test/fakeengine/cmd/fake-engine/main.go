@@ -54,11 +54,19 @@ type options struct {
 	apiKey        string
 	latency       time.Duration
 	adminAddress  string
-	// In-pod mode (the fake engine image on kind): serve this container's own pod.
-	servePod  bool
-	port      int
-	baseModel string
-	engine    string
+	// In-pod mode (the fake engine image on kind): serve this container's own pod, and its
+	// admin API on podAdminAddress when set.
+	servePod        bool
+	port            int
+	baseModel       string
+	engine          string
+	podAdminAddress string
+	podNamespace    string
+	podName         string
+	podIP           string
+	// Aggregator mode (kind): one admin API over the in-pod admin APIs of every model pod.
+	aggregate    bool
+	podAdminPort int
 }
 
 func main() {
@@ -67,13 +75,19 @@ func main() {
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig of the cluster (default $KUBECONFIG; one of them is required).")
 	flag.StringVar(&o.namespace, "namespace", metav1.NamespaceAll, "Namespace of the pods to serve (default all namespaces).")
 	flag.StringVar(&o.labelSelector, "label-selector", labelName, "Label selector of the pods to serve.")
-	flag.StringVar(&o.apiKey, "api-key", "", "API key the engines require as \"Authorization: Bearer <key>\" (default none; a pod annotation "+annotationAPIKey+" overrides it for that pod).")
+	flag.StringVar(&o.apiKey, "api-key", os.Getenv("FAKE_ENGINE_API_KEY"), "API key the engines require as \"Authorization: Bearer <key>\" (default $FAKE_ENGINE_API_KEY, else none; a pod annotation "+annotationAPIKey+" overrides it for that pod).")
 	flag.DurationVar(&o.latency, "latency", 0, "Delay added to every engine request.")
 	flag.StringVar(&o.adminAddress, "admin-address", "127.0.0.1:9400", "Address of the admin API (must be in 127.0.0.0/8).")
 	flag.BoolVar(&o.servePod, "serve-pod", false, "Serve one engine on every interface of this container (the fake engine image inside a kind pod) instead of watching kwok pods.")
 	flag.IntVar(&o.port, "port", 8000, "Engine port with --serve-pod.")
 	flag.StringVar(&o.baseModel, "base-model", fakeengine.DefaultBaseModel, "Base model name with --serve-pod.")
 	flag.StringVar(&o.engine, "engine", string(fakeengine.VLLM), "Engine API with --serve-pod: vllm or sglang.")
+	flag.StringVar(&o.podAdminAddress, "pod-admin-address", "", "With --serve-pod: serve the admin API for this pod's engine on this address (e.g. :9400; default off).")
+	flag.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "With --serve-pod: this pod's namespace, as the admin API names it (default $POD_NAMESPACE).")
+	flag.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "With --serve-pod: this pod's name, as the admin API names it (default $POD_NAME).")
+	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "With --serve-pod: this pod's IP, as the admin API reports it (default $POD_IP).")
+	flag.BoolVar(&o.aggregate, "aggregate", false, "Serve one admin API on --admin-address over the in-pod admin APIs (--pod-admin-port) of the pods matching --label-selector (kind; in-cluster credentials when no kubeconfig is given).")
+	flag.IntVar(&o.podAdminPort, "pod-admin-port", 9400, "With --aggregate: the port of the pods' admin APIs.")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nServes fake vLLM/SGLang engines on the loopback IPs of kwok pods.\n\n", os.Args[0])
 		flag.PrintDefaults()
@@ -91,9 +105,12 @@ func main() {
 		stop() // a second signal kills the process
 	}()
 	var err error
-	if o.servePod {
+	switch {
+	case o.servePod:
 		err = servePod(ctx, o)
-	} else {
+	case o.aggregate:
+		err = aggregate(ctx, o)
+	default:
 		err = run(ctx, o)
 	}
 	stop()
@@ -189,6 +206,14 @@ func restConfig(path string) (*rest.Config, error) {
 	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
 	if path == "" {
 		env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar)
+		if env == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			cfg, err := rest.InClusterConfig() // --aggregate inside a cluster
+			if err != nil {
+				return nil, err
+			}
+			cfg.UserAgent = "modelplane-fake-engine"
+			return cfg, nil
+		}
 		if env == "" {
 			return nil, errors.New("--kubeconfig or $KUBECONFIG is required")
 		}
@@ -216,18 +241,4 @@ func podListWatch(client kubernetes.Interface, namespace, selector string) cache
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, client)
-}
-
-// servePod serves one engine for the pod this process runs in, until ctx ends.
-func servePod(ctx context.Context, o options) error {
-	e, err := fakeengine.StartInPod(o.port, fakeengine.Options{
-		BaseModel: o.baseModel, Kind: fakeengine.Kind(o.engine), APIKey: o.apiKey, Latency: o.latency,
-	})
-	if err != nil {
-		return err
-	}
-	klog.InfoS("Serving a fake engine for this pod", "address", e.Addr(), "kind", o.engine, "baseModel", o.baseModel)
-	<-ctx.Done()
-	e.Close()
-	return nil
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The e2e suite's fault hooks on kind (hack/e2e-kind.sh exports them), the counterpart of
+# hack/stack.sh on the kwok cluster. Each controller is a Deployment of two replicas; "the
+# controller" is the leader (the Lease holder), "the standby" the other replica.
+#
+#   kill NAME               SIGKILL the leader's container (crictl stop --timeout 0 on the
+#                           node): no graceful shutdown, the lease is not released; the
+#                           kubelet restarts the container
+#   start NAME              wait until both replicas are Ready again
+#   start NAME-standby DIR  port-forward the standby's metrics port to the port of
+#                           $E2E_{ADAPTER,ROUTER}_STANDBY_METRICS
+#   stop NAME-standby DIR   end that port-forward
+#   ensure NAME DIR         "running" unless a replica's container ended after the last
+#                           restart-apiserver (then what ended and why)
+#   ready NAME              exit 0 when every replica is Ready
+#   restart-apiserver DIR   SIGKILL kube-apiserver's container; wait until the API answers
+#   logs DIR                kubectl logs of every replica (and of the previous container) into DIR
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cluster=${KIND_CLUSTER:-modelplane-e2e}
+context=kind-$cluster
+node=$cluster-control-plane
+ns=modelplane-system
+k() { "$root/bin/kubectl" --context "$context" "$@"; }
+crictl() { docker exec "$node" crictl "$@"; }
+
+leader() { # NAME: the leader's pod name
+  k -n "$ns" get lease "$1.modelplane.io" -o jsonpath='{.spec.holderIdentity}' | cut -d_ -f1
+}
+replicas() { # NAME: the pods of the Deployment
+  k -n "$ns" get pods -l "app.kubernetes.io/name=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'
+}
+metrics_port() { # NAME: the local port of its standby metrics URL
+  local var
+  case $1 in
+  adapter-controller) var=${E2E_ADAPTER_STANDBY_METRICS:-} ;;
+  router-controller) var=${E2E_ROUTER_STANDBY_METRICS:-} ;;
+  esac
+  [ -n "$var" ] || { echo "no standby metrics URL for $1" >&2; exit 2; }
+  var=${var#*://*:}
+  echo "${var%%/*}"
+}
+
+verb=${1:?verb}
+case $verb in
+restart-apiserver | logs) name='' dir=${2:-$root/_artifacts/e2e-kind/suite} ;;
+*) name=${2:?name} dir=${3:-$root/_artifacts/e2e-kind/suite} ;;
+esac
+case $verb in
+kill)
+  pod=$(leader "$name")
+  id=$(crictl ps -q --name manager --label "io.kubernetes.pod.name=$pod")
+  [ -n "$id" ] || { echo "no running manager container in $pod" >&2; exit 1; }
+  crictl stop --timeout 0 "$id" >/dev/null
+  echo "SIGKILL to the leader $pod (container ${id:0:13})"
+  ;;
+start)
+  if [[ $name == *-standby ]]; then
+    ctl=${name%-standby}
+    k -n "$ns" wait --for=condition=Ready pod -l "app.kubernetes.io/name=$ctl" --timeout=120s >/dev/null
+    lead=$(leader "$ctl")
+    standby=$(replicas "$ctl" | grep -vx "$lead" | head -n1)
+    port=$(metrics_port "$ctl")
+    mkdir -p "$dir"
+    nohup "$root/bin/kubectl" --context "$context" -n "$ns" port-forward --address 127.0.0.1 "pod/$standby" "$port:8443" \
+      >"$dir/$name-port-forward.log" 2>&1 </dev/null &
+    echo $! >"$dir/$name-port-forward.pid"
+    for _ in $(seq 50); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { echo "standby $standby: metrics on 127.0.0.1:$port"; exit 0; }
+      sleep 0.2
+    done
+    echo "port-forward to $standby did not open 127.0.0.1:$port" >&2
+    cat "$dir/$name-port-forward.log" >&2
+    exit 1
+  fi
+  # A killed container is restarted by the kubelet: wait until it runs and both are Ready.
+  for _ in $(seq 240); do
+    "$0" ready "$name" >/dev/null 2>&1 && exit 0
+    sleep 0.5
+  done
+  echo "$name: not every replica Ready within 120 s" >&2
+  k -n "$ns" get pods -l "app.kubernetes.io/name=$name" >&2
+  exit 1
+  ;;
+stop)
+  [[ $name == *-standby ]] || { echo "stop: only NAME-standby (the port-forward); scale the Deployment to stop $name" >&2; exit 2; }
+  pid=$(cat "$dir/$name-port-forward.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  rm -f "$dir/$name-port-forward.pid"
+  ;;
+ensure)
+  since=$(cat "$dir/apiserver-restarted-at" 2>/dev/null || echo 1970-01-01T00:00:00Z)
+  ended=$(k -n "$ns" get pods -l "app.kubernetes.io/name=$name" -o json |
+    jq -r --arg since "$since" '.items[] | .metadata.name as $p | .status.containerStatuses[]? |
+      select(.lastState.terminated != null and .lastState.terminated.finishedAt > $since) |
+      "\($p) exited at \(.lastState.terminated.finishedAt): \(.lastState.terminated.reason) (exit \(.lastState.terminated.exitCode))"')
+  if [ -z "$ended" ]; then echo running; else echo "$ended"; fi
+  ;;
+ready)
+  want=$(k -n "$ns" get deploy "$name" -o jsonpath='{.spec.replicas}')
+  got=$(k -n "$ns" get pods -l "app.kubernetes.io/name=$name" -o json |
+    jq '[.items[] | select(.metadata.deletionTimestamp == null) | select(any(.status.conditions[]?; .type == "Ready" and .status == "True"))] | length')
+  echo "$got/$want Ready"
+  [ "$got" = "$want" ]
+  ;;
+restart-apiserver)
+  mkdir -p "$dir"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$dir/apiserver-restarted-at"
+  id=$(crictl ps -q --name kube-apiserver)
+  crictl stop --timeout 0 "$id" >/dev/null
+  while k get --raw=/readyz >/dev/null 2>&1; do sleep 0.1; done
+  down=$(date +%s.%N)
+  until k get --raw=/readyz >/dev/null 2>&1; do sleep 0.2; done
+  echo "kube-apiserver SIGKILLed (container ${id:0:13}); API unavailable $(awk -v a="$down" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
+  ;;
+logs)
+  mkdir -p "$dir"
+  for ctl in adapter-controller router-controller; do
+    for pod in $(replicas "$ctl"); do
+      k -n "$ns" logs "$pod" >"$dir/$pod.log" 2>&1 || true
+      k -n "$ns" logs --previous "$pod" >"$dir/$pod.previous.log" 2>/dev/null || rm -f "$dir/$pod.previous.log"
+    done
+  done
+  ;;
+*)
+  echo "unknown verb $verb" >&2
+  exit 2
+  ;;
+esac

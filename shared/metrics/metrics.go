@@ -24,44 +24,47 @@ const (
 
 var resourceLabels = []string{LabelController, LabelGroup, LabelVersion, LabelKind}
 
+// NewCounterVec returns the counter vector modelplane_<name>. Both binaries declare their
+// metrics through these constructors, so every name carries the project's namespace and a
+// declaration is one line.
+func NewCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+// NewGaugeVec returns the gauge vector modelplane_<name>.
+func NewGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+// NewHistogramVec returns the histogram vector modelplane_<name> with the given buckets.
+func NewHistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+}
+
 var (
 	// CacheSyncDuration observes, per resource, the time from the start of the wait to the
 	// informer's initial list being complete.
-	CacheSyncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace,
-		Name:      "cache_sync_duration_seconds",
-		Help:      "Time from the start of the cache sync wait until the informer of the resource held its initial list.",
-		Buckets:   []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300},
-	}, resourceLabels)
+	CacheSyncDuration = NewHistogramVec("cache_sync_duration_seconds",
+		"Time from the start of the cache sync wait until the informer of the resource held its initial list.",
+		[]float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300}, resourceLabels...)
 
 	// CacheSynced is 1 once the informer of the resource is synced, 0 before and for skipped
 	// optional resources.
-	CacheSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace,
-		Name:      "cache_synced",
-		Help:      "1 when the informer cache of the resource has synced, 0 while pending or when the resource was skipped.",
-	}, resourceLabels)
+	CacheSynced = NewGaugeVec("cache_synced",
+		"1 when the informer cache of the resource has synced, 0 while pending or when the resource was skipped.", resourceLabels...)
 
 	// CacheSkipped is 1 for an optional resource whose API is not served.
-	CacheSkipped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace,
-		Name:      "cache_resource_skipped",
-		Help:      "1 when an optional resource was skipped because its API is not served (CRD not installed).",
-	}, resourceLabels)
+	CacheSkipped = NewGaugeVec("cache_resource_skipped",
+		"1 when an optional resource was skipped because its API is not served (CRD not installed).", resourceLabels...)
 
 	// CacheWatchErrors counts list and watch failures of an informer by classified reason.
-	CacheWatchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace,
-		Name:      "cache_watch_errors_total",
-		Help:      "List and watch failures of the informer of the resource, by reason (forbidden, not-found, unreachable, other).",
-	}, append(append([]string{}, resourceLabels...), LabelReason))
+	CacheWatchErrors = NewCounterVec("cache_watch_errors_total",
+		"List and watch failures of the informer of the resource, by reason (forbidden, not-found, unreachable, other).",
+		append(append([]string{}, resourceLabels...), LabelReason)...)
 
 	// StartupDuration is the time from process start until the sync gate opened.
-	StartupDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace,
-		Name:      "startup_duration_seconds",
-		Help:      "Time from process start until every required informer cache had synced and the controllers were released.",
-	}, []string{LabelController})
+	StartupDuration = NewGaugeVec("startup_duration_seconds",
+		"Time from process start until every required informer cache had synced and the controllers were released.", LabelController)
 
 	// CacheObjects reports the objects in each registered informer store at scrape time.
 	CacheObjects = &objectCollector{

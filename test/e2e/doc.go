@@ -13,6 +13,8 @@
 //	E2E_ENSURE_ADAPTER / E2E_ENSURE_ROUTER  print "running" unless the process ended
 //	E2E_ADAPTER_READYZ / E2E_ROUTER_READYZ  readiness: a URL answering 200 or a command exiting 0
 //	E2E_RESTART_APISERVER SIGKILL kube-apiserver and wait until it answers again
+//	E2E_RENEW_DEADLINE    the controllers' leader election renew deadline (default 10s): an
+//	                      API outage shorter than it must not end a controller
 //	E2E_STACK             start/stop/kill NAME[-standby] DIR (leader failover)
 //	E2E_ADAPTER_STANDBY_METRICS / E2E_ROUTER_STANDBY_METRICS  the standbys' metrics URLs
 //	E2E_LOG_DIR           the controllers' logs (*-controller*.log); E2E_COLLECT_LOGS

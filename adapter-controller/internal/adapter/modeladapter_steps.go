@@ -608,7 +608,7 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	if err == nil {
 		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
 	}
-	loadDuration.Observe(r.clock.Since(start).Seconds())
+	loadDuration.WithLabelValues().Observe(r.clock.Since(start).Seconds())
 	recordLoad(ep.Kind, method, err)
 	if err != nil {
 		return err

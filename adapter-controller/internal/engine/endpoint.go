@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
@@ -90,26 +91,20 @@ func (ep Endpoint) kind() Kind {
 	return ep.Kind
 }
 
+// port is the port the calls go to: the sidecar's for the runtime kind, else the engine's.
 func (ep Endpoint) port() int {
-	switch {
-	case ep.Port != 0:
-		return ep.Port
-	case ep.kind() == KindRuntime:
-		return RuntimePort
-	default:
-		return DefaultEnginePort
+	if ep.kind() == KindRuntime {
+		return cmp.Or(ep.Port, RuntimePort)
 	}
+	return cmp.Or(ep.Port, DefaultEnginePort)
 }
 
+// enginePort is the engine's own port (behind the sidecar for the runtime kind).
 func (ep Endpoint) enginePort() int {
-	switch {
-	case ep.EnginePort != 0:
-		return ep.EnginePort
-	case ep.kind() == KindRuntime:
-		return DefaultEnginePort
-	default:
-		return ep.port()
+	if ep.kind() == KindRuntime {
+		return cmp.Or(ep.EnginePort, DefaultEnginePort)
 	}
+	return cmp.Or(ep.EnginePort, ep.port())
 }
 
 // validate checks what will be dialled and sent, so that a hand-built

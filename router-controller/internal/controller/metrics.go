@@ -3,8 +3,9 @@ package controller
 import (
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	sharedmetrics "github.com/modelplane/modelplane/shared/metrics"
 )
 
 // RouteState is the value of the state label of modelplane_routes.
@@ -29,18 +30,14 @@ const (
 
 var (
 	// Routes is the number of model names per route state.
-	Routes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "modelplane",
-		Name:      "routes",
-		Help:      "Model names with live sources, by route state: managed (route owned and current) or conflict (route name taken by an HTTPRoute not managed by modelplane).",
-	}, []string{"state"})
+	Routes = sharedmetrics.NewGaugeVec("routes",
+		"Model names with live sources, by route state: managed (route owned and current) or conflict (route name taken by an HTTPRoute not managed by modelplane).",
+		"state")
 
 	// RouteReconcileErrors counts failed reconciles by the object being reconciled.
-	RouteReconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "modelplane",
-		Name:      "route_reconcile_errors_total",
-		Help:      "Reconciles of model routes (object=httproute) or of a namespace's ReferenceGrants (object=referencegrant) that ended in an error.",
-	}, []string{"object"})
+	RouteReconcileErrors = sharedmetrics.NewCounterVec("route_reconcile_errors_total",
+		"Reconciles of model routes (object=httproute) or of a namespace's ReferenceGrants (object=referencegrant) that ended in an error.",
+		"object")
 )
 
 var registerOnce sync.Once

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -28,17 +27,10 @@ import (
 // what the host-mode process is on kwok, so the e2e suite inspects and faults engines the
 // same way on both.
 func aggregate(ctx context.Context, o options) error {
-	if _, err := labels.Parse(o.labelSelector); err != nil {
-		return fmt.Errorf("--label-selector: %w", err)
-	}
 	if o.podAdminPort <= 0 || o.podAdminPort > 65535 {
 		return fmt.Errorf("--pod-admin-port %d is not a port", o.podAdminPort)
 	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	_, client, err := podClient(o)
 	if err != nil {
 		return err
 	}

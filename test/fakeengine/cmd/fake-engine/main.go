@@ -127,17 +127,10 @@ func run(ctx context.Context, o options) error {
 	if err := checkLoopbackAddress(o.adminAddress); err != nil {
 		return fmt.Errorf("--admin-address: %w", err)
 	}
-	if _, err := labels.Parse(o.labelSelector); err != nil {
-		return fmt.Errorf("--label-selector: %w", err)
-	}
 	if o.latency < 0 {
 		return errors.New("--latency must not be negative")
 	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	cfg, client, err := podClient(o)
 	if err != nil {
 		return err
 	}
@@ -199,6 +192,19 @@ func checkLoopbackAddress(address string) error {
 		return fmt.Errorf("host %q is not an IPv4 address in %s", host, loopback)
 	}
 	return nil
+}
+
+// podClient checks --label-selector and returns a client for the pods' cluster.
+func podClient(o options) (*rest.Config, kubernetes.Interface, error) {
+	if _, err := labels.Parse(o.labelSelector); err != nil {
+		return nil, nil, fmt.Errorf("--label-selector: %w", err)
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	return cfg, client, err
 }
 
 // restConfig loads the kubeconfig at path, or the ones in $KUBECONFIG.

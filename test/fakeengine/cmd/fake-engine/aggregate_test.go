@@ -34,7 +34,12 @@ func podAdmin(t *testing.T, name, ip string, port int) int {
 	done := make(chan error, 1)
 	addr := ln.Addr().String()
 	go func() { done <- serveAdmin(ctx, addr, adminHandler(m)) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("admin API of %s: %v", name, err)
+		}
+	})
 	waitListening(t, addr)
 	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -192,6 +192,6 @@ run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_CONTEXT="$context" E2
   E2E_ADAPTER_READYZ="$stack ready adapter-controller" E2E_ROUTER_READYZ="$stack ready router-controller" \
   E2E_RESTART_APISERVER="$stack restart-apiserver $suite_dir" E2E_STACK="$stack" E2E_LOG_DIR="$suite_dir" \
   E2E_COLLECT_LOGS="$stack logs $suite_dir" E2E_LEASE_DURATION=15s \
-  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 40m -v ./ 2>&1 | tee '$art/suite.log'; exit \${PIPESTATUS[0]}"
+  bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 40m -v -run '${E2E_RUN:-.}' ./ 2>&1 | tee '$art/suite.log'; exit \${PIPESTATUS[0]}"
 if [ -n "$dry" ]; then echo "(dry run: nothing was done)"; exit 0; fi
 echo "make e2e passed in $(( $(date +%s) - start )) s. Delete the cluster with: $kind delete cluster --name $cluster"

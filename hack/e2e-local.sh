@@ -40,7 +40,7 @@ export E2E_LEASE_DURATION=12s # hack/stack.sh's --leader-elect-lease-duration
 export E2E_INVENTORY_PERIOD=2s # hack/stack.sh's --inventory-period
 export E2E_LOG_DIR=$art E2E_REPO_ROOT=$root E2E_STACK=$stack
 export E2E_ADAPTER_STANDBY_METRICS=http://127.0.0.1:18082/metrics E2E_ROUTER_STANDBY_METRICS=http://127.0.0.1:18092/metrics
-(cd "$root/test/e2e" && go test -tags e2e -count=1 -timeout 25m -v ./) 2>&1 | tee "$art/e2e.log"
+(cd "$root/test/e2e" && go test -tags e2e -count=1 -timeout 25m -v -run "${E2E_RUN:-.}" ./) 2>&1 | tee "$art/e2e.log"
 
 echo "Querying Prometheus for both controllers' cache sync metrics"
 deadline=$((SECONDS + 30))

@@ -30,6 +30,31 @@ type Client interface {
 	ListAdapters(ctx context.Context, ep Endpoint) ([]Adapter, error)
 }
 
+// The clients of the engine kinds, one file each (vllm.go, sglang.go, runtime.go), all on
+// the shared transport.
+type (
+	// vllmClient drives vLLM's runtime LoRA API.
+	vllmClient struct{ t *transport }
+	// sglangClient drives SGLang's LoRA API, which answers
+	// {"success": bool, "error_message": string}: 200 on success, 400 on failure.
+	sglangClient struct{ t *transport }
+	// runtimeClient drives the AIBrix runtime sidecar, which downloads the artifact and
+	// then asks its engine to load it, relaying the engine's answer.
+	runtimeClient struct{ t *transport }
+)
+
+var _ = []Client{(*vllmClient)(nil), (*sglangClient)(nil), (*runtimeClient)(nil)}
+
+// The LoRA API routes of each kind.
+const (
+	vllmLoadPath      = "/v1/load_lora_adapter"
+	vllmUnloadPath    = "/v1/unload_lora_adapter"
+	sglangLoadPath    = "/load_lora_adapter"
+	sglangUnloadPath  = "/unload_lora_adapter"
+	runtimeLoadPath   = "/v1/lora_adapter/load"
+	runtimeUnloadPath = "/v1/lora_adapter/unload"
+)
+
 // Adapter is a LoRA adapter an engine lists.
 type Adapter struct {
 	// Name is the name the engine serves it under.
@@ -391,6 +416,32 @@ func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, por
 }
 
 // checkName rejects an empty adapter name before anything is sent.
+// loadTarget checks the adapter name and resolves the artifact for the engine kind: the
+// first steps of every Load. It returns what the engine is told to load.
+func loadTarget(kind Kind, req LoadRequest) (string, error) {
+	if err := checkName(kind, OpLoad, req.Name); err != nil {
+		return "", err
+	}
+	target, err := ResolveArtifact(kind, req.ArtifactURL)
+	if err != nil {
+		return "", withOp(err, OpLoad)
+	}
+	return target, nil
+}
+
+// unload checks the adapter name, then posts the unload request: every Unload.
+func (t *transport) unload(ctx context.Context, kind Kind, ep Endpoint, name, path string, body any) (*reply, error) {
+	if err := checkName(kind, OpUnload, name); err != nil {
+		return nil, err
+	}
+	return t.post(ctx, kind, OpUnload, ep, path, body)
+}
+
+// post sends a load or unload request to the API port of ep.
+func (t *transport) post(ctx context.Context, kind Kind, op Op, ep Endpoint, path string, body any) (*reply, error) {
+	return t.do(ctx, call{engine: kind, op: op, ep: ep, port: ep.port(), method: http.MethodPost, path: path, body: body})
+}
+
 func checkName(engine Kind, op Op, name string) error {
 	if name == "" {
 		return &Error{Reason: ReasonInvalidRequest, Engine: engine, Op: op, Message: "the adapter name is empty"}

@@ -1,21 +1,6 @@
 package engine
 
-import (
-	"context"
-	"net/http"
-)
-
-// AIBrix runtime sidecar routes.
-const (
-	runtimeLoadPath   = "/v1/lora_adapter/load"
-	runtimeUnloadPath = "/v1/lora_adapter/unload"
-)
-
-// runtimeClient drives the AIBrix runtime sidecar, which downloads the
-// artifact and then asks its engine to load it, relaying the engine's answer.
-type runtimeClient struct{ t *transport }
-
-var _ Client = (*runtimeClient)(nil)
+import "context"
 
 type runtimeLoadBody struct {
 	LoraName         string            `json:"lora_name"`
@@ -32,22 +17,15 @@ type runtimeUnloadBody struct {
 // Load calls POST /v1/lora_adapter/load on the sidecar with the artifact URL
 // unchanged, plus credentials and additional config when given.
 func (c *runtimeClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
-	if err := checkName(KindRuntime, OpLoad, req.Name); err != nil {
+	artifact, err := loadTarget(KindRuntime, req)
+	if err != nil {
 		return err
 	}
-	artifact, err := ResolveArtifact(KindRuntime, req.ArtifactURL)
-	if err != nil {
-		return withOp(err, OpLoad)
-	}
-	r, err := c.t.do(ctx, call{
-		engine: KindRuntime, op: OpLoad, ep: ep, port: ep.port(),
-		method: http.MethodPost, path: runtimeLoadPath,
-		body: runtimeLoadBody{
-			LoraName:         req.Name,
-			ArtifactURL:      artifact,
-			Credentials:      req.Credentials,
-			AdditionalConfig: req.AdditionalConfig,
-		},
+	r, err := c.t.post(ctx, KindRuntime, OpLoad, ep, runtimeLoadPath, runtimeLoadBody{
+		LoraName:         req.Name,
+		ArtifactURL:      artifact,
+		Credentials:      req.Credentials,
+		AdditionalConfig: req.AdditionalConfig,
 	})
 	if err != nil {
 		return err
@@ -58,14 +36,7 @@ func (c *runtimeClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) 
 // Unload calls POST /v1/lora_adapter/unload on the sidecar, asking it to
 // delete the downloaded files too.
 func (c *runtimeClient) Unload(ctx context.Context, ep Endpoint, adapterName string) error {
-	if err := checkName(KindRuntime, OpUnload, adapterName); err != nil {
-		return err
-	}
-	r, err := c.t.do(ctx, call{
-		engine: KindRuntime, op: OpUnload, ep: ep, port: ep.port(),
-		method: http.MethodPost, path: runtimeUnloadPath,
-		body: runtimeUnloadBody{LoraName: adapterName, CleanupLocal: true},
-	})
+	r, err := c.t.unload(ctx, KindRuntime, ep, adapterName, runtimeUnloadPath, runtimeUnloadBody{LoraName: adapterName, CleanupLocal: true})
 	if err != nil {
 		return err
 	}

@@ -6,18 +6,6 @@ import (
 	"net/http"
 )
 
-// SGLang LoRA API routes.
-const (
-	sglangLoadPath   = "/load_lora_adapter"
-	sglangUnloadPath = "/unload_lora_adapter"
-)
-
-// sglangClient drives SGLang's LoRA API, which answers
-// {"success": bool, "error_message": string}: 200 on success, 400 on failure.
-type sglangClient struct{ t *transport }
-
-var _ Client = (*sglangClient)(nil)
-
 type sglangResult struct {
 	Success      *bool  `json:"success"`
 	ErrorMessage string `json:"error_message"`
@@ -25,18 +13,11 @@ type sglangResult struct {
 
 // Load calls POST /load_lora_adapter. An "already loaded" failure is success.
 func (c *sglangClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
-	if err := checkName(KindSGLang, OpLoad, req.Name); err != nil {
+	path, err := loadTarget(KindSGLang, req)
+	if err != nil {
 		return err
 	}
-	path, err := ResolveArtifact(KindSGLang, req.ArtifactURL)
-	if err != nil {
-		return withOp(err, OpLoad)
-	}
-	r, err := c.t.do(ctx, call{
-		engine: KindSGLang, op: OpLoad, ep: ep, port: ep.port(),
-		method: http.MethodPost, path: sglangLoadPath,
-		body: loraLoadBody{LoraName: req.Name, LoraPath: path},
-	})
+	r, err := c.t.post(ctx, KindSGLang, OpLoad, ep, sglangLoadPath, loraLoadBody{LoraName: req.Name, LoraPath: path})
 	if err != nil {
 		return err
 	}
@@ -49,14 +30,7 @@ func (c *sglangClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) e
 // Unload calls POST /unload_lora_adapter. A "does not exist" failure is
 // success, and so is 404: without the route nothing can have been loaded.
 func (c *sglangClient) Unload(ctx context.Context, ep Endpoint, adapterName string) error {
-	if err := checkName(KindSGLang, OpUnload, adapterName); err != nil {
-		return err
-	}
-	r, err := c.t.do(ctx, call{
-		engine: KindSGLang, op: OpUnload, ep: ep, port: ep.port(),
-		method: http.MethodPost, path: sglangUnloadPath,
-		body: loraUnloadBody{LoraName: adapterName},
-	})
+	r, err := c.t.unload(ctx, KindSGLang, ep, adapterName, sglangUnloadPath, loraUnloadBody{LoraName: adapterName})
 	if err != nil {
 		return err
 	}

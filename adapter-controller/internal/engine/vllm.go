@@ -6,17 +6,6 @@ import (
 	"net/http"
 )
 
-// vLLM runtime LoRA API routes.
-const (
-	vllmLoadPath   = "/v1/load_lora_adapter"
-	vllmUnloadPath = "/v1/unload_lora_adapter"
-)
-
-// vllmClient drives vLLM's runtime LoRA API.
-type vllmClient struct{ t *transport }
-
-var _ Client = (*vllmClient)(nil)
-
 // loraLoadBody is the load request of vLLM and SGLang: both take the adapter's name and
 // path.
 type loraLoadBody struct {
@@ -39,18 +28,11 @@ type loraUnloadBody struct {
 // runtime LoRA updating is disabled. With req.Replace the request carries
 // load_inplace, and "already loaded" means the engine cannot replace.
 func (c *vllmClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) error {
-	if err := checkName(KindVLLM, OpLoad, req.Name); err != nil {
+	path, err := loadTarget(KindVLLM, req)
+	if err != nil {
 		return err
 	}
-	path, err := ResolveArtifact(KindVLLM, req.ArtifactURL)
-	if err != nil {
-		return withOp(err, OpLoad)
-	}
-	r, err := c.t.do(ctx, call{
-		engine: KindVLLM, op: OpLoad, ep: ep, port: ep.port(),
-		method: http.MethodPost, path: vllmLoadPath,
-		body: loraLoadBody{LoraName: req.Name, LoraPath: path, LoadInplace: req.Replace},
-	})
+	r, err := c.t.post(ctx, KindVLLM, OpLoad, ep, vllmLoadPath, loraLoadBody{LoraName: req.Name, LoraPath: path, LoadInplace: req.Replace})
 	if err != nil {
 		return err
 	}
@@ -65,14 +47,7 @@ func (c *vllmClient) Load(ctx context.Context, ep Endpoint, req LoadRequest) err
 // 404 by newer vLLM and 400 "cannot be found" by older versions; both mean
 // the adapter is not loaded.
 func (c *vllmClient) Unload(ctx context.Context, ep Endpoint, adapterName string) error {
-	if err := checkName(KindVLLM, OpUnload, adapterName); err != nil {
-		return err
-	}
-	r, err := c.t.do(ctx, call{
-		engine: KindVLLM, op: OpUnload, ep: ep, port: ep.port(),
-		method: http.MethodPost, path: vllmUnloadPath,
-		body: loraUnloadBody{LoraName: adapterName},
-	})
+	r, err := c.t.unload(ctx, KindVLLM, ep, adapterName, vllmUnloadPath, loraUnloadBody{LoraName: adapterName})
 	if err != nil {
 		return err
 	}

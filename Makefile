@@ -183,6 +183,12 @@ test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scra
 e2e-local: cluster-tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
 	hack/e2e-local.sh
 
+FUZZTIME ?= 60s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 60s); make test runs their seed corpora.
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
 KIND_VERSION ?= v0.33.0
 COREDNS_VERSION ?= v1.14.6
 CRICTL_VERSION ?= v1.37.0

@@ -390,20 +390,25 @@ func listModels(ctx context.Context, t *transport, engine Kind, ep Endpoint, por
 	if !r.ok() {
 		return nil, statusError(engine, OpList, r.status, r.header, r.message(ep))
 	}
+	return parseModels(engine, r.status, r.body)
+}
+
+// parseModels reads the LoRA adapters from a /v1/models answer, sorted by name.
+func parseModels(engine Kind, status int, body []byte) ([]Adapter, error) {
 	var list modelList
-	if err := json.Unmarshal(r.body, &list); err != nil {
-		e := badResponse(engine, OpList, r.status, "the model list is not valid JSON")
+	if err := json.Unmarshal(body, &list); err != nil {
+		e := badResponse(engine, OpList, status, "the model list is not valid JSON")
 		e.Err = err
 		return nil, e
 	}
 	if list.Data == nil {
-		return nil, badResponse(engine, OpList, r.status, `the model list has no "data" array`)
+		return nil, badResponse(engine, OpList, status, `the model list has no "data" array`)
 	}
 	seen := make(map[string]bool, len(*list.Data))
 	adapters := []Adapter{}
 	for i, m := range *list.Data {
 		if m.ID == "" {
-			return nil, badResponse(engine, OpList, r.status, "model list entry %d has no id", i)
+			return nil, badResponse(engine, OpList, status, "model list entry %d has no id", i)
 		}
 		if m.Parent == nil || *m.Parent == "" || seen[m.ID] {
 			continue

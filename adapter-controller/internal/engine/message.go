@@ -32,11 +32,29 @@ func engineMessage(body []byte, apiKey string) string {
 	if json.Unmarshal(body, &doc) == nil {
 		for _, key := range []string{"error", "message", "error_message", "detail"} {
 			if msg := jsonText(doc[key], 0); msg != "" {
-				return truncate(redact(msg, apiKey))
+				return clean(msg, apiKey)
 			}
 		}
 	}
-	return truncate(redact(string(body), apiKey))
+	return clean(string(body), apiKey)
+}
+
+// withheld replaces an engine message that would show the API key even after redaction
+// (a key that the redaction marker, truncation or UTF-8 repair puts back together).
+const withheld = "(engine message withheld: it would show the API key)"
+
+// clean is what an engine message becomes before it goes into an error: the API key
+// redacted, at most maxMessageBytes of valid UTF-8, and never the key itself.
+func clean(msg, apiKey string) string {
+	msg = truncate(redact(msg, apiKey))
+	switch {
+	case apiKey == "" || !strings.Contains(msg, apiKey):
+		return msg
+	case !strings.Contains(withheld, apiKey):
+		return withheld
+	default:
+		return ""
+	}
 }
 
 // jsonText renders a JSON value as message text: strings as they are,

@@ -62,7 +62,7 @@ func sglangOutcome(op Op, ep Endpoint, r *reply, done func(string) bool) error {
 		if *res.Success {
 			return nil
 		}
-		msg := truncate(redact(res.ErrorMessage, ep.APIKey))
+		msg := clean(res.ErrorMessage, ep.APIKey)
 		if done(msg) {
 			return nil
 		}

@@ -122,13 +122,38 @@ listening() {
     /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
+# etcd_post BASE-URL PATH JSON: a POST to etcd's JSON gateway (bash's /dev/tcp: no curl
+# needed), printing the answer's body.
+etcd_post() {
+  local hostport=${1#http://} body
+  exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}"
+  printf 'POST %s HTTP/1.0\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+    "$2" "$hostport" "${#3}" "$3" >&3
+  body=$(sed '1,/^\r$/d' <&3)
+  exec 3<&-
+  echo "$body"
+}
+
+# compact_etcd compacts the cluster's etcd at its current revision (physically), so that no
+# watch can resume from an older one: it must relist after "410 Gone". Prints the revision.
+compact_etcd() {
+  local dir=$KWOK_WORKDIR/clusters/$name pid url rev
+  pid=$(cat "$dir/pids/etcd.pid")
+  url=$(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n 's/^--listen-client-urls=//p' | cut -d, -f1)
+  [ -n "$url" ] || { echo "etcd (pid $pid) has no --listen-client-urls" >&2; exit 1; }
+  rev=$(etcd_post "$url" /v3/kv/range '{"key":"AA==","limit":1}' | jq -r .header.revision)
+  [[ $rev =~ ^[0-9]+$ ]] || { echo "etcd at $url answered no revision" >&2; exit 1; }
+  etcd_post "$url" /v3/kv/compaction "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null
+  echo "$rev"
+}
+
 # restart_apiserver restarts the cluster's kube-apiserver process as kwokctl started it
 # (kwokctl has no per-component restart): same command line, working directory and log,
 # and the pid file updated so that "down" still stops it. The old process must be gone and
 # its port free before the new one starts; a start that exits (it lost a race for the port)
 # is retried. Prints the downtime.
 restart_apiserver() {
-  local dir=$KWOK_WORKDIR/clusters/$name pidfile pid newpid args=() start port=""
+  local dir=$KWOK_WORKDIR/clusters/$name pidfile pid newpid args=() start port="" compacted=""
   pidfile=$dir/pids/kube-apiserver.pid
   pid=$(cat "$pidfile")
   [ -r "/proc/$pid/cmdline" ] || { echo "kube-apiserver (pid $pid) is not running" >&2; exit 1; }
@@ -150,12 +175,15 @@ restart_apiserver() {
       echo "kube-apiserver (pid $pid) still holds port $port after 30s" >&2
       exit 1
     fi
+    if [ "${1:-}" = --compact ] && [ -z "$compacted" ]; then
+      compacted="; etcd compacted at revision $(compact_etcd) while it was down"
+    fi
     (cd "$dir" && exec setsid "${args[@]}" >>"$dir/logs/kube-apiserver.log" 2>&1 </dev/null) &
     newpid=$!
     echo "$newpid" >"$pidfile"
     for _ in $(seq 1 600); do
       if kubectl get --raw /readyz >/dev/null 2>&1; then
-        echo "kube-apiserver restarted (pid $pid -> $newpid, attempt $attempt): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server"
+        echo "kube-apiserver restarted (pid $pid -> $newpid, attempt $attempt): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server$compacted"
         return 0
       fi
       running "$newpid" || break
@@ -184,7 +212,7 @@ case "${1:-}" in
 up) up ;;
 down) down ;;
 kubeconfig) echo "$kubeconfig" ;;
-restart-apiserver) restart_apiserver ;;
+restart-apiserver) restart_apiserver "${2:-}" ;;
 logs) logs "${2:?usage: $0 logs DIR}" ;;
-*) echo "usage: $0 up|down|kubeconfig|restart-apiserver|logs DIR" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|kubeconfig|restart-apiserver [--compact]|logs DIR" >&2; exit 2 ;;
 esac

@@ -13,7 +13,9 @@
 #   ensure NAME DIR         "running" unless a replica's container ended after the last
 #                           restart-apiserver (then what ended and why)
 #   ready NAME              exit 0 when every replica is Ready
-#   restart-apiserver DIR   SIGKILL kube-apiserver's container; wait until the API answers
+#   restart-apiserver DIR [--compact]
+#                           SIGKILL kube-apiserver's container (after compacting etcd at its
+#                           current revision with --compact); wait until the API answers
 #   logs DIR                kubectl logs of every replica (and of the previous container) into DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +24,7 @@ context=kind-$cluster
 node=$cluster-control-plane
 ns=modelplane-system
 k() { "$root/bin/kubectl" --context "$context" "$@"; }
-crictl() { docker exec "$node" crictl "$@"; }
+crictl() { docker exec "$node" crictl --timeout=60s "$@"; } # the default 2 s request timeout is short on a busy node
 
 leader() { # NAME: the leader's pod name
   k -n "$ns" get lease "$1.modelplane.io" -o jsonpath='{.spec.holderIdentity}' | cut -d_ -f1
@@ -106,12 +108,24 @@ ready)
 restart-apiserver)
   mkdir -p "$dir"
   date -u +%Y-%m-%dT%H:%M:%SZ >"$dir/apiserver-restarted-at"
+  compacted=""
+  if [ "${3:-}" = --compact ]; then
+    # Compact etcd at its current revision first (the kubelet restarts the API server too
+    # soon to do it in between): no watch can then resume from an older revision.
+    etcd() { docker exec "$node" curl -sS --cacert /etc/kubernetes/pki/etcd/ca.crt \
+      --cert /etc/kubernetes/pki/apiserver-etcd-client.crt --key /etc/kubernetes/pki/apiserver-etcd-client.key \
+      "https://127.0.0.1:2379$1" -d "$2"; }
+    rev=$(etcd /v3/kv/range '{"key":"AA==","limit":1}' | jq -r .header.revision)
+    [[ $rev =~ ^[0-9]+$ ]] || { echo "etcd answered no revision" >&2; exit 1; }
+    etcd /v3/kv/compaction "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null
+    compacted="; etcd compacted at revision $rev just before"
+  fi
   id=$(crictl ps -q --name kube-apiserver)
   crictl stop --timeout 0 "$id" >/dev/null
   while k get --raw=/readyz >/dev/null 2>&1; do sleep 0.1; done
   down=$(date +%s.%N)
   until k get --raw=/readyz >/dev/null 2>&1; do sleep 0.2; done
-  echo "kube-apiserver SIGKILLed (container ${id:0:13}); API unavailable $(awk -v a="$down" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
+  echo "kube-apiserver SIGKILLed (container ${id:0:13}); API unavailable $(awk -v a="$down" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s$compacted"
   ;;
 logs)
   mkdir -p "$dir"

@@ -46,6 +46,31 @@ if [ -n "$dry" ] || ! docker network inspect "$network" >/dev/null 2>&1; then
 fi
 
 step "cluster $cluster ($node_image)"
+# The suite kills containers on purpose (the API server, the controllers' leaders): the kubelet
+# restarts them after at most 1 s instead of its growing crash-loop back-off (10 s, 20 s, ...).
+kubelet_patch='  crashLoopBackOff:
+    maxContainerRestartPeriod: 1s'
+init_patch=''
+if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ]; then
+  # cgroup v1 host: kubelet >= 1.35 refuses it unless told (KEP-5573); kubeadm's
+  # SystemVerification preflight says the same.
+  kubelet_patch+='
+  failCgroupV1: false'
+  init_patch='- |
+  kind: InitConfiguration
+  nodeRegistration:
+    ignorePreflightErrors: ["SystemVerification"]'
+fi
+containerd_patch=''
+if (( (0x$(awk '/^CapBnd:/ {print $2}' /proc/self/status) >> 24 & 1) == 0 )); then
+  # No CAP_SYS_RESOURCE on this machine (a sandbox; hack/images/docker-up.sh): the node cannot
+  # lower a process's oom_score_adj, which runc does for every pod sandbox unless containerd
+  # clamps it at its own (as kind does on rootless hosts).
+  containerd_patch='containerdConfigPatches:
+- |-
+  [plugins."io.containerd.grpc.v1.cri"]
+    restrict_oom_score_adj = true'
+fi
 cat >"$art/kind-config.yaml" <<YAML
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
@@ -57,6 +82,12 @@ networking:
   # One node: the standard ptp/host-local/portmap CNI plugins, configured below, instead of
   # kindnetd (one more image, and nothing to route between nodes).
   disableDefaultCNI: true
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+$kubelet_patch
+$init_patch
+$containerd_patch
 nodes:
 - role: control-plane
   # The suite's engine admin aggregator (test/e2e/kind), on loopback only.
@@ -66,31 +97,6 @@ nodes:
   - {containerPort: 30943, hostPort: 28443, listenAddress: 127.0.0.1, protocol: TCP}
   - {containerPort: 30944, hostPort: 28444, listenAddress: 127.0.0.1, protocol: TCP}
 YAML
-if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ]; then
-  # cgroup v1 host: kubelet >= 1.35 refuses it unless told (KEP-5573); kubeadm's
-  # SystemVerification preflight says the same.
-  cat >>"$art/kind-config.yaml" <<YAML
-kubeadmConfigPatches:
-- |
-  kind: KubeletConfiguration
-  failCgroupV1: false
-- |
-  kind: InitConfiguration
-  nodeRegistration:
-    ignorePreflightErrors: ["SystemVerification"]
-YAML
-fi
-if (( (0x$(awk '/^CapBnd:/ {print $2}' /proc/self/status) >> 24 & 1) == 0 )); then
-  # No CAP_SYS_RESOURCE on this machine (a sandbox; hack/images/docker-up.sh): the node cannot
-  # lower a process's oom_score_adj, which runc does for every pod sandbox unless containerd
-  # clamps it at its own (as kind does on rootless hosts).
-  cat >>"$art/kind-config.yaml" <<YAML
-containerdConfigPatches:
-- |-
-  [plugins."io.containerd.grpc.v1.cri"]
-    restrict_oom_score_adj = true
-YAML
-fi
 node=$cluster-control-plane
 if [ -z "$dry" ] && "$kind" get clusters 2>/dev/null | grep -qx "$cluster" &&
   [ "$(docker exec "$node" cat /kind/modelplane-kind-config.yaml 2>/dev/null)" != "$(cat "$art/kind-config.yaml")" ]; then
@@ -190,7 +196,7 @@ run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_CONTEXT="$context" E2
   E2E_KILL_ROUTER="$stack kill router-controller" \
   E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $suite_dir" E2E_ENSURE_ROUTER="$stack ensure router-controller $suite_dir" \
   E2E_ADAPTER_READYZ="$stack ready adapter-controller" E2E_ROUTER_READYZ="$stack ready router-controller" \
-  E2E_RESTART_APISERVER="$stack restart-apiserver $suite_dir" E2E_STACK="$stack" E2E_LOG_DIR="$suite_dir" \
+  E2E_RESTART_APISERVER="$stack restart-apiserver $suite_dir" E2E_RESTART_APISERVER_COMPACT="$stack restart-apiserver $suite_dir --compact" E2E_STACK="$stack" E2E_LOG_DIR="$suite_dir" \
   E2E_COLLECT_LOGS="$stack logs $suite_dir" E2E_LEASE_DURATION=15s \
   bash -c "cd test/e2e && go test -tags e2e -count=1 -timeout 40m -v -run '${E2E_RUN:-.}' ./ 2>&1 | tee '$art/suite.log'; exit \${PIPESTATUS[0]}"
 if [ -n "$dry" ]; then echo "(dry run: nothing was done)"; exit 0; fi

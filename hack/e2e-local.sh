@@ -35,6 +35,7 @@ export E2E_KILL_ROUTER="$stack kill router-controller $art" E2E_ENSURE_ROUTER="$
 export E2E_KILL_ADAPTER="$stack kill adapter-controller $art" E2E_START_ADAPTER="$stack start adapter-controller $art"
 export E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $art"
 export E2E_RESTART_APISERVER="$root/hack/cluster.sh restart-apiserver"
+export E2E_RESTART_APISERVER_COMPACT="$root/hack/cluster.sh restart-apiserver --compact"
 export E2E_ADAPTER_READYZ=http://127.0.0.1:18081/readyz E2E_ROUTER_READYZ=http://127.0.0.1:18091/readyz
 export E2E_LEASE_DURATION=12s # hack/stack.sh's --leader-elect-lease-duration
 export E2E_INVENTORY_PERIOD=2s # hack/stack.sh's --inventory-period

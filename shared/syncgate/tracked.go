@@ -81,8 +81,9 @@ func (t *tracked) lastError() error {
 	return t.last
 }
 
-// onWatchError is the informer's watch error handler: it records and counts the failure,
-// then defers to client-go's default handler, which logs it.
+// onWatchError is the informer's watch error handler: it records and counts the failure (not
+// a 410 Gone, after which the informer relists), then defers to client-go's default handler,
+// which logs it.
 func (t *tracked) onWatchError(ctx context.Context, r *toolscache.Reflector, err error) {
 	if !isExpired(err) {
 		t.recordErr(err)

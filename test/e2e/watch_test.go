@@ -1,0 +1,224 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+)
+
+// TestWatchExpiredRelist: after writes the controllers do not watch have moved the revision
+// past what they have seen, etcd is compacted at its current revision and the API server
+// restarted: no watch can resume from a revision the controllers hold ("410 Gone"), so every
+// informer must relist. Afterwards both controllers are ready, have not synced their caches
+// again (a relist is not a new sync) and every cache is synced, new work converges, and none of
+// the objects they had converged before is written again.
+func TestWatchExpiredRelist(t *testing.T) {
+	cmds := hooks(t, "E2E_RESTART_APISERVER_COMPACT", "E2E_ADAPTER_METRICS", "E2E_ROUTER_METRICS",
+		"E2E_ADAPTER_READYZ", "E2E_ROUTER_READYZ", "E2E_ENGINE_ADMIN")
+	restart := cmds[0]
+	metricsURL := map[string]string{"adapter-controller": cmds[1], "router-controller": cmds[2]}
+	readyz := map[string]string{"adapter-controller": cmds[3], "router-controller": cmds[4]}
+	ctx := ctxFor(t, 5*time.Minute)
+	ns := namespace(t)
+	model := "e2e-expired-" + suffix()
+	if err := k8s.Create(ctx, modelDeployment(ns, model, 2)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "2 Ready model pods", func() (bool, string) {
+		n := len(readyPods(t, ns, model))
+		return n == 2, fmt.Sprintf("%d ready", n)
+	})
+	pods := readyPods(t, ns, model)
+	waitEngines(t, ns, pods)
+	if err := k8s.Create(ctx, loraAdapter(ns, "before", model)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the adapter running with its Service, EndpointSlice and routes", func() (bool, string) {
+		if ok, state := adapterState(t, ns, pods, []string{"before"}, nil); !ok {
+			return false, state
+		}
+		for _, r := range []string{model + "-router", "before-router"} {
+			if err := routeErr(r); err != nil {
+				return false, fmt.Sprintf("route %s: %v", r, err)
+			}
+		}
+		return true, ""
+	})
+	// What the controllers own, once nothing changes any more for 3 s.
+	var before map[string]string
+	waitFor(t, 60*time.Second, "the owned objects to settle", func() (bool, string) {
+		a := ownedVersions(t, ns, model)
+		time.Sleep(3 * time.Second)
+		before = ownedVersions(t, ns, model)
+		return maps.Equal(a, before), fmt.Sprintf("%v → %v", a, before)
+	})
+	counts := map[string]leaderCounts{}
+	for name, url := range metricsURL {
+		counts[name] = leaderMetrics(t, url)
+	}
+
+	// Writes the controllers do not watch move the revision past what they have seen.
+	for i := range 10 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("revision-%d", i)}}
+		if err := k8s.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Log(shellOut(t, restart))
+	back := time.Now()
+	for name, check := range readyz {
+		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) { return probe(check) })
+	}
+
+	// New work converges after the relist.
+	if err := k8s.Create(ctx, loraAdapter(ns, "after", model)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, modelDeployment(ns, model+"-new", 0)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "the new adapter and the new model routed", func() (bool, string) {
+		if ok, state := adapterState(t, ns, pods, []string{"before", "after"}, nil); !ok {
+			return false, state
+		}
+		for _, r := range []string{model + "-new-router", "after-router"} {
+			if err := routeErr(r); err != nil {
+				return false, fmt.Sprintf("route %s: %v", r, err)
+			}
+		}
+		return true, ""
+	})
+	converged := time.Since(back)
+
+	for name, url := range metricsURL {
+		now := leaderMetrics(t, url)
+		if now.syncs != counts[name].syncs {
+			t.Errorf("%s counted %v cache syncs after the relist, %v before: a relist is not a new sync (or the process restarted)",
+				name, now.syncs, counts[name].syncs)
+		}
+		if now.unsynced != 0 {
+			t.Errorf("%s reports %d caches not synced", name, now.unsynced)
+		}
+		t.Logf("%s: cache syncs %v before and after, every cache synced", name, now.syncs)
+	}
+	if after := ownedVersions(t, ns, model); !maps.Equal(after, before) {
+		var changed []string
+		for k, v := range before {
+			if after[k] != v {
+				changed = append(changed, fmt.Sprintf("%s %s→%s", k, v, after[k]))
+			}
+		}
+		slices.Sort(changed)
+		t.Errorf("objects converged before the restart were written again after the relist: %v", changed)
+	}
+	t.Logf("new work converged %s after the API server was back; %d objects owned before it, none written again",
+		converged.Round(100*time.Millisecond), len(before))
+}
+
+// ownedVersions returns the resourceVersions of what the controllers own for the adapter
+// "before" and the model: the ModelAdapter (status), its Service and EndpointSlices, both
+// routes, and the namespace's ReferenceGrants.
+func ownedVersions(t *testing.T, ns, model string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	get := func(key client.ObjectKey, obj client.Object) {
+		if err := k8s.Get(ctx, key, obj); err != nil {
+			t.Fatalf("%T %s: %v", obj, key, err)
+		}
+		out[fmt.Sprintf("%T %s", obj, key)] = obj.GetResourceVersion()
+	}
+	a, err := adapterStatus(ns, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["ModelAdapter before"] = a.ResourceVersion
+	get(client.ObjectKey{Namespace: ns, Name: "before"}, &corev1.Service{})
+	for _, r := range []string{model + "-router", "before-router"} {
+		get(client.ObjectKey{Namespace: gatewayNamespace(), Name: r}, &gatewayv1.HTTPRoute{})
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := k8s.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slices.Items {
+		out["EndpointSlice "+s.Name] = s.ResourceVersion
+	}
+	var grants gatewayv1beta1.ReferenceGrantList
+	if err := k8s.List(ctx, &grants, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range grants.Items {
+		out["ReferenceGrant "+g.Name] = g.ResourceVersion
+	}
+	return out
+}
+
+type leaderCounts struct {
+	syncs    float64 // modelplane_cache_sync_duration_seconds_count summed over the resources
+	unsynced int     // resources whose cache_synced is not 1 (skipped optional ones aside)
+}
+
+// leaderMetrics scrapes the leader's metrics: where url leads to every replica (kind's
+// NodePort), it scrapes until leader_election_master_status says the answer is the leader's.
+func leaderMetrics(t *testing.T, url string) leaderCounts {
+	t.Helper()
+	for range 40 {
+		body := scrape(t, url)
+		if !leaderIn(body) {
+			continue
+		}
+		var c leaderCounts
+		skipped, notSynced := map[string]bool{}, map[string]bool{}
+		for _, line := range strings.Split(body, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				continue
+			}
+			labels := line[strings.Index(line, "{")+1 : max(strings.Index(line, "}"), strings.Index(line, "{")+1)]
+			switch {
+			case strings.HasPrefix(line, "modelplane_cache_sync_duration_seconds_count{"):
+				c.syncs += v
+			case strings.HasPrefix(line, "modelplane_cache_synced{") && v != 1:
+				notSynced[labels] = true
+			case strings.HasPrefix(line, "modelplane_cache_resource_skipped{") && v == 1:
+				skipped[labels] = true // an optional API not served: not synced by design
+			}
+		}
+		for labels := range notSynced {
+			if !skipped[labels] {
+				c.unsynced++
+			}
+		}
+		return c
+	}
+	t.Fatalf("no answer from the leader at %s in 40 scrapes", url)
+	return leaderCounts{}
+}
+
+func leaderIn(body string) bool {
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "leader_election_master_status{") && strings.HasSuffix(line, " 1") {
+			return true
+		}
+	}
+	return false
+}

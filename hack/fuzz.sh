@@ -23,7 +23,7 @@ while IFS=: read -r file name; do
   fi
   last=$(grep -E '^fuzz: elapsed' "$log" | tail -n1 || true)
   execs=$(sed -nE 's/.*execs: ([0-9]+).*/\1/p' <<<"$last")
-  secs=$(sed -nE 's/.*elapsed: ([0-9]+)s.*/\1/p' <<<"$last")
+  secs=$(sed -nE 's/.*elapsed: (([0-9]+)m)?([0-9]+)s.*/\2 \3/p' <<<"$last" | awk '{ print ($2 == "" ? $1 : $1 * 60 + $2) }')
   rate=$([ -n "$execs" ] && [ "${secs:-0}" -gt 0 ] && echo $((execs / secs)) || echo "?")
   summary+=("$(printf '%-24s %-7s %10s execs %8s/s  %s' "$name" "$result" "${execs:-?}" "$rate" "$dir")")
   rm -f "$log"

@@ -145,7 +145,15 @@ func scrape(t *testing.T, url string) string {
 		req.Header.Set("Authorization", "Bearer "+token)
 		c = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the controllers' self-signed serving certificate
 	}
-	resp, err := c.Do(req)
+	// Like a Prometheus scrape interval: a connection that fails (a Service endpoint that is
+	// not yet or no longer served after a rollout) is tried again for up to 10 s.
+	var resp *http.Response
+	for attempt := 0; ; attempt++ {
+		if resp, err = c.Do(req); err == nil || attempt == 20 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}

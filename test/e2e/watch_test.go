@@ -84,18 +84,27 @@ func TestWatchExpiredRelist(t *testing.T) {
 		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) { return probe(check) })
 	}
 
-	// New work converges after the relist.
-	if err := k8s.Create(ctx, loraAdapter(ns, "after", model)); err != nil {
+	// New work converges after the relist: a model with an adapter in another namespace (in
+	// this one, the namespace's ReferenceGrant would rightly change with it).
+	ns2 := namespace(t)
+	model2 := "e2e-expired2-" + suffix()
+	if err := k8s.Create(ctx, modelDeployment(ns2, model2, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(ctx, modelDeployment(ns, model+"-new", 0)); err != nil {
+	waitFor(t, 90*time.Second, "1 Ready model pod of the new model", func() (bool, string) {
+		n := len(readyPods(t, ns2, model2))
+		return n == 1, fmt.Sprintf("%d ready", n)
+	})
+	pods2 := readyPods(t, ns2, model2)
+	waitEngines(t, ns2, pods2)
+	if err := k8s.Create(ctx, loraAdapter(ns2, "after", model2)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 90*time.Second, "the new adapter and the new model routed", func() (bool, string) {
-		if ok, state := adapterState(t, ns, pods, []string{"before", "after"}, nil); !ok {
+		if ok, state := adapterState(t, ns2, pods2, []string{"after"}, nil); !ok {
 			return false, state
 		}
-		for _, r := range []string{model + "-new-router", "after-router"} {
+		for _, r := range []string{model2 + "-router", "after-router"} {
 			if err := routeErr(r); err != nil {
 				return false, fmt.Sprintf("route %s: %v", r, err)
 			}

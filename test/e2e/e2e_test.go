@@ -187,6 +187,30 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	testenv.Eventually(t, timeout, 250*time.Millisecond, what, cond)
 }
 
+// startModel creates a model Deployment of n replicas and waits for its pods (waitModelPods).
+func startModel(ctx context.Context, t *testing.T, timeout time.Duration, ns, model string, n int) []corev1.Pod {
+	t.Helper()
+	if err := k8s.Create(ctx, modelDeployment(ns, model, int32(n))); err != nil {
+		t.Fatal(err)
+	}
+	return waitModelPods(t, timeout, ns, model, n)
+}
+
+// waitModelPods waits until n pods of the model are Ready and, where the engines can be
+// inspected, a fake engine serves each; it returns the pods.
+func waitModelPods(t *testing.T, timeout time.Duration, ns, model string, n int) []corev1.Pod {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("%d Ready pods of model %s", n, model), func() (bool, string) {
+		got := len(readyPods(t, ns, model))
+		return got == n, fmt.Sprintf("%d ready", got)
+	})
+	pods := readyPods(t, ns, model)
+	if haveEngineAdmin() {
+		waitEngines(t, ns, pods)
+	}
+	return pods
+}
+
 func readyPods(t *testing.T, ns, model string) []corev1.Pod {
 	var pods corev1.PodList
 	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ModelNameLabel: model}); err != nil {
@@ -273,10 +297,7 @@ func TestAdapterLifecycle(t *testing.T) {
 	if err := k8s.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "3 Ready model pods", func() (bool, string) {
-		n := len(readyPods(t, ns, model))
-		return n == 3, fmt.Sprintf("%d ready", n)
-	})
+	waitModelPods(t, 60*time.Second, ns, model, 3)
 
 	adapterName := "lora-" + suffix()
 	a := &v1alpha1.ModelAdapter{

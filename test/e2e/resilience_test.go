@@ -173,15 +173,7 @@ func TestAdapterControllerKilledMidLoad(t *testing.T) {
 	ctx := ctxFor(t, 6*time.Minute)
 	ns := namespace(t)
 	model := "e2e-kill-" + suffix()
-	if err := k8s.Create(ctx, modelDeployment(ns, model, 10)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 90*time.Second, "10 Ready model pods", func() (bool, string) {
-		n := len(readyPods(t, ns, model))
-		return n == 10, fmt.Sprintf("%d ready", n)
-	})
-	pods := readyPods(t, ns, model)
-	waitEngines(t, ns, pods)
+	pods := startModel(ctx, t, 90*time.Second, ns, model, 10)
 	// Engines act on a load at once and answer 1 s later: a process killed meanwhile never
 	// learns which loads happened.
 	setEngineFault(t, ns, pods, `{"op":"load","stall":"1s"}`)
@@ -443,15 +435,7 @@ func TestAPIServerRestart(t *testing.T) {
 	ctx := ctxFor(t, 6*time.Minute)
 	ns := namespace(t)
 	model := "e2e-apirestart-" + suffix()
-	if err := k8s.Create(ctx, modelDeployment(ns, model, 3)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 60*time.Second, "3 Ready model pods", func() (bool, string) {
-		n := len(readyPods(t, ns, model))
-		return n == 3, fmt.Sprintf("%d ready", n)
-	})
-	pods := readyPods(t, ns, model)
-	waitEngines(t, ns, pods)
+	pods := startModel(ctx, t, 60*time.Second, ns, model, 3)
 	adapters := []string{"before-0"}
 	if err := k8s.Create(ctx, loraAdapter(ns, adapters[0], model)); err != nil {
 		t.Fatal(err)
@@ -570,15 +554,7 @@ func TestLeaderFailover(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	ns := namespace(t)
 	model := "e2e-failover-" + suffix()
-	if err := k8s.Create(ctx, modelDeployment(ns, model, 1)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 60*time.Second, "1 Ready model pod", func() (bool, string) {
-		n := len(readyPods(t, ns, model))
-		return n == 1, fmt.Sprintf("%d ready", n)
-	})
-	pods := readyPods(t, ns, model)
-	waitEngines(t, ns, pods)
+	pods := startModel(ctx, t, 60*time.Second, ns, model, 1)
 
 	// newWork creates something only the named controller acts on and returns a check that
 	// it has been done.

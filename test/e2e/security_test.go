@@ -129,12 +129,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 60*time.Second, "2 Ready model pods", func() (bool, string) {
-		n := len(readyPods(t, ns, model))
-		return n == 2, fmt.Sprintf("%d ready", n)
-	})
-	pods := readyPods(t, ns, model)
-	waitEngines(t, ns, pods)
+	pods := waitModelPods(t, 60*time.Second, ns, model, 2)
 
 	keyed := loraAdapter(ns, "keyed", model)
 	keyed.Spec.CredentialsSecretRef = &corev1.LocalObjectReference{Name: "engine-key"}

@@ -35,15 +35,7 @@ func TestWatchExpiredRelist(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	ns := namespace(t)
 	model := "e2e-expired-" + suffix()
-	if err := k8s.Create(ctx, modelDeployment(ns, model, 2)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 90*time.Second, "2 Ready model pods", func() (bool, string) {
-		n := len(readyPods(t, ns, model))
-		return n == 2, fmt.Sprintf("%d ready", n)
-	})
-	pods := readyPods(t, ns, model)
-	waitEngines(t, ns, pods)
+	pods := startModel(ctx, t, 90*time.Second, ns, model, 2)
 	if err := k8s.Create(ctx, loraAdapter(ns, "before", model)); err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +80,7 @@ func TestWatchExpiredRelist(t *testing.T) {
 	// this one, the namespace's ReferenceGrant would rightly change with it).
 	ns2 := namespace(t)
 	model2 := "e2e-expired2-" + suffix()
-	if err := k8s.Create(ctx, modelDeployment(ns2, model2, 1)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 90*time.Second, "1 Ready model pod of the new model", func() (bool, string) {
-		n := len(readyPods(t, ns2, model2))
-		return n == 1, fmt.Sprintf("%d ready", n)
-	})
-	pods2 := readyPods(t, ns2, model2)
-	waitEngines(t, ns2, pods2)
+	pods2 := startModel(ctx, t, 90*time.Second, ns2, model2, 1)
 	if err := k8s.Create(ctx, loraAdapter(ns2, "after", model2)); err != nil {
 		t.Fatal(err)
 	}

@@ -35,21 +35,7 @@ func TestWatchExpiredRelist(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	ns := namespace(t)
 	model := "e2e-expired-" + suffix()
-	pods := startModel(ctx, t, 90*time.Second, ns, model, 2)
-	if err := k8s.Create(ctx, loraAdapter(ns, "before", model)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 60*time.Second, "the adapter running with its Service, EndpointSlice and routes", func() (bool, string) {
-		if ok, state := adapterState(t, ns, pods, []string{"before"}, nil); !ok {
-			return false, state
-		}
-		for _, r := range []string{model + "-router", "before-router"} {
-			if err := routeErr(r); err != nil {
-				return false, fmt.Sprintf("route %s: %v", r, err)
-			}
-		}
-		return true, ""
-	})
+	routedAdapter(ctx, t, ns, model, "before", 2)
 	// What the controllers own, once nothing changes any more for 3 s.
 	var before map[string]string
 	waitFor(t, 60*time.Second, "the owned objects to settle", func() (bool, string) {
@@ -80,21 +66,7 @@ func TestWatchExpiredRelist(t *testing.T) {
 	// this one, the namespace's ReferenceGrant would rightly change with it).
 	ns2 := namespace(t)
 	model2 := "e2e-expired2-" + suffix()
-	pods2 := startModel(ctx, t, 90*time.Second, ns2, model2, 1)
-	if err := k8s.Create(ctx, loraAdapter(ns2, "after", model2)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 90*time.Second, "the new adapter and the new model routed", func() (bool, string) {
-		if ok, state := adapterState(t, ns2, pods2, []string{"after"}, nil); !ok {
-			return false, state
-		}
-		for _, r := range []string{model2 + "-router", "after-router"} {
-			if err := routeErr(r); err != nil {
-				return false, fmt.Sprintf("route %s: %v", r, err)
-			}
-		}
-		return true, ""
-	})
+	routedAdapter(ctx, t, ns2, model2, "after", 1)
 	converged := time.Since(back)
 
 	for name, url := range metricsURL {
@@ -120,6 +92,27 @@ func TestWatchExpiredRelist(t *testing.T) {
 	}
 	t.Logf("new work converged %s after the API server was back; %d objects owned before it, none written again",
 		converged.Round(100*time.Millisecond), len(before))
+}
+
+// routedAdapter starts a model of n pods with one adapter and waits until the adapter runs on
+// every pod behind its Service and EndpointSlice and both the model and the adapter are routed.
+func routedAdapter(ctx context.Context, t *testing.T, ns, model, adapter string, n int) {
+	t.Helper()
+	pods := startModel(ctx, t, 90*time.Second, ns, model, n)
+	if err := k8s.Create(ctx, loraAdapter(ns, adapter, model)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "adapter "+adapter+" running with its Service, EndpointSlice and routes", func() (bool, string) {
+		if ok, state := adapterState(t, ns, pods, []string{adapter}, nil); !ok {
+			return false, state
+		}
+		for _, r := range []string{model + "-router", adapter + "-router"} {
+			if err := routeErr(r); err != nil {
+				return false, fmt.Sprintf("route %s: %v", r, err)
+			}
+		}
+		return true, ""
+	})
 }
 
 // ownedVersions returns the resourceVersions of what the controllers own for the adapter

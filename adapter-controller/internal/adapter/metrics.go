@@ -75,6 +75,9 @@ var (
 		"Unloads by the inventory sweep of adapters this controller loaded whose ModelAdapter is gone, by result (success, error reason).", "result")
 	engineRequests = sharedmetrics.NewCounterVec("engine_requests_total",
 		"HTTP requests to inference engines, by engine, operation and HTTP status or transport failure.", "engine", "op", "code")
+	engineRequestDuration = sharedmetrics.NewHistogramVec("engine_request_duration_seconds",
+		"Duration of HTTP requests to inference engines, body included, by engine and operation (load, unload, list), whether or not the engine answered.",
+		[]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}, "engine", "op")
 	listRequests = sharedmetrics.NewCounterVec("adapter_inventory_list_requests_total",
 		"Requests for the adapters of an engine pod (load verifications and inventory polls), by whether they started a GET /v1/models call (started) or shared one (shared).",
 		"call")
@@ -94,7 +97,7 @@ var registerOnce sync.Once
 // series whose label values are known exposed at zero. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, listRequests, adapterInstances, adaptersByPhase)
+		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, engineRequestDuration, listRequests, adapterInstances, adaptersByPhase)
 		for _, c := range []ListCall{ListStarted, ListShared} {
 			listRequests.WithLabelValues(string(c))
 		}
@@ -132,8 +135,9 @@ func recordStrayUnload(err error) { strayUnloads.WithLabelValues(string(resultOf
 func recordListRequest(c ListCall) { listRequests.WithLabelValues(string(c)).Inc() }
 
 // ObserveEngineRequest is the engine client's observer hook.
-func ObserveEngineRequest(engineKind, op, code string, _ time.Duration) {
+func ObserveEngineRequest(engineKind, op, code string, took time.Duration) {
 	engineRequests.WithLabelValues(engineKind, op, code).Inc()
+	engineRequestDuration.WithLabelValues(engineKind, op).Observe(took.Seconds())
 }
 
 // phaseCollector counts ModelAdapters by phase from the cache when scraped.

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +46,21 @@ func TestRecorders(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(reloadsTotal.WithLabelValues("sglang", string(ReloadUnloadLoad), string(engine.ReasonEngineRejected))) - failed; got != 1 {
 		t.Errorf("failed sglang reloads grew by %v, want 1", got)
+	}
+	count := func() uint64 {
+		m := &dto.Metric{}
+		if err := engineRequestDuration.WithLabelValues("vllm", "load").(prometheus.Histogram).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	requests, observed := testutil.ToFloat64(engineRequests.WithLabelValues("vllm", "load", "200")), count()
+	ObserveEngineRequest("vllm", "load", "200", 30*time.Millisecond)
+	if got := testutil.ToFloat64(engineRequests.WithLabelValues("vllm", "load", "200")) - requests; got != 1 {
+		t.Errorf("engine requests grew by %v, want 1", got)
+	}
+	if got := count() - observed; got != 1 {
+		t.Errorf("engine request durations observed %d times, want 1", got)
 	}
 	if got := resultOf(nil); got != ResultSuccess {
 		t.Errorf("resultOf(nil) = %q, want success", got)

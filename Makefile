@@ -83,6 +83,10 @@ lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.ym
 test: tools verify-generated ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd).
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
+.PHONY: metrics-scrape
+metrics-scrape: ## Regenerate hack/promcheck/testdata/exported-metrics.txt from a real scrape of both binaries (run against envtest).
+	go test -count=1 ./test/scrape -run TestExportedMetrics -update -v
+
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no API server.
 	go test -count=1 -short $(addprefix ./,$(addsuffix /...,$(MODULES)))

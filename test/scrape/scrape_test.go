@@ -313,4 +313,3 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
-

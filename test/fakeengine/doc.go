@@ -8,6 +8,11 @@
 //	vLLM    GET /v1/models, POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter
 //	SGLang  GET /v1/models, POST /load_lora_adapter,    POST /unload_lora_adapter
 //
+// Both kinds also answer the inference API, POST /v1/completions and /v1/chat/completions,
+// for the base model and loaded adapters (any other model: 404 NotFoundError, as vLLM),
+// naming the model and the engine (Options.Name, also in the X-Fake-Engine-Served-By
+// header), so that a test routing requests through a gateway learns who served each.
+//
 // With Options.Runtime the engine also serves the runtime sidecar on ip:8080
 // (POST /v1/lora_adapter/load and /v1/lora_adapter/unload), which loads into and unloads
 // from the same adapter state. Both listeners answer GET /health with 200.

@@ -52,6 +52,9 @@ type Options struct {
 	// Preload lists adapters loaded when the engine starts, by name and path, as vLLM's
 	// --lora-modules does.
 	Preload map[string]string
+	// Name is who answers completions (the pod's name in pod mode; the engine's address if
+	// empty): a test sending requests through a gateway learns which engine served each.
+	Name string
 }
 
 // Counts is a snapshot of request counters.
@@ -166,6 +169,9 @@ func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 		}
 	}
 
+	if opts.Name == "" {
+		opts.Name = ln.Addr().String()
+	}
 	e := &Engine{
 		opts:     opts,
 		addr:     ln.Addr().String(),

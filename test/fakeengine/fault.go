@@ -11,6 +11,9 @@ const (
 	OpLoad   = "load"
 	OpUnload = "unload"
 	OpList   = "list"
+	// OpInfer is a completion or chat completion (/v1/completions, /v1/chat/completions):
+	// not an operation a Fault applies to (SetFault refuses it), named for the counters.
+	OpInfer = "infer"
 )
 
 // Fault changes how an engine answers an operation. The effects combine, in this order:

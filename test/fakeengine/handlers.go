@@ -54,6 +54,9 @@ func (e *Engine) engineRoutes() map[string]route {
 		routes["/v1/unload_lora_adapter"] = route{http.MethodPost, OpUnload, style, e.vllmUnload}
 	}
 	routes["/v1/models"] = route{http.MethodGet, OpList, style, e.list}
+	// Both engines serve the OpenAI-compatible inference API.
+	routes["/v1/completions"] = route{http.MethodPost, OpInfer, styleVLLM, e.completion}
+	routes["/v1/chat/completions"] = route{http.MethodPost, OpInfer, styleVLLM, e.chatCompletion}
 	return routes
 }
 
@@ -116,7 +119,10 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 		return
 	}
 
-	f := e.takeFault(rt.op)
+	var f Fault // faults are for the LoRA management API (OpAll: its three operations)
+	if rt.op != OpInfer {
+		f = e.takeFault(rt.op)
+	}
 	if !sleep(ctx, f.Hang) {
 		panic(http.ErrAbortHandler) // client gone or engine closed: drop the connection
 	}
@@ -137,6 +143,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 	}
 	if f.Malformed {
 		rep.body = rep.body[:len(rep.body)/2]
+	}
+	if rt.op == OpInfer {
+		w.Header().Set(ServedByHeader, e.opts.Name)
 	}
 	write(w, rep, f.HugeBody)
 }
@@ -414,4 +423,71 @@ func (e *Engine) list(_ []byte, lie bool) reply {
 		}
 	}
 	return jsonReply(http.StatusOK, l)
+}
+
+// ServedByHeader names the engine (Options.Name) that answered a completion.
+const ServedByHeader = "X-Fake-Engine-Served-By"
+
+type inferRequest struct {
+	Model string `json:"model"`
+}
+
+// Completion is the answer to POST /v1/completions (and, with Object "chat.completion", to
+// /v1/chat/completions): vLLM's fields, the generated text naming the model and the engine.
+type Completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []CompletionChoice `json:"choices"`
+	// ServedBy is Options.Name of the engine that answered (also in ServedByHeader).
+	ServedBy string `json:"served_by"`
+}
+
+// CompletionChoice is one choice: Text for completions, Message for chat completions.
+type CompletionChoice struct {
+	Index        int          `json:"index"`
+	Text         string       `json:"text,omitempty"`
+	Message      *ChatMessage `json:"message,omitempty"`
+	FinishReason string       `json:"finish_reason"`
+}
+
+// ChatMessage is a chat completion's message.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func (e *Engine) completion(body []byte, _ bool) reply {
+	return e.infer(body, "text_completion")
+}
+
+func (e *Engine) chatCompletion(body []byte, _ bool) reply {
+	return e.infer(body, "chat.completion")
+}
+
+// infer answers a completion for the base model or a loaded adapter, as vLLM does: any other
+// model is 404 NotFoundError ("The model `x` does not exist.").
+func (e *Engine) infer(body []byte, object string) reply {
+	var req inferRequest
+	if err := decode(body, &req); err != nil {
+		return badRequest(styleVLLM, err.Error())
+	}
+	if req.Model == "" {
+		return badRequest(styleVLLM, "'model' must be provided.")
+	}
+	e.mu.Lock()
+	_, loaded := e.adapters[req.Model]
+	e.mu.Unlock()
+	if req.Model != e.opts.BaseModel && !loaded {
+		return vllmError(http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.Model), "NotFoundError")
+	}
+	text := fmt.Sprintf("%s served by %s", req.Model, e.opts.Name)
+	c := Completion{ID: "cmpl-fake", Object: object, Created: time.Now().Unix(), Model: req.Model, ServedBy: e.opts.Name}
+	ch := CompletionChoice{FinishReason: "length", Text: text}
+	if object == "chat.completion" {
+		ch = CompletionChoice{FinishReason: "stop", Message: &ChatMessage{Role: "assistant", Content: text}}
+	}
+	c.Choices = []CompletionChoice{ch}
+	return jsonReply(http.StatusOK, c)
 }

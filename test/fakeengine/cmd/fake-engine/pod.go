@@ -20,6 +20,7 @@ import (
 func servePod(ctx context.Context, o options) error {
 	e, err := fakeengine.StartInPod(o.port, fakeengine.Options{
 		BaseModel: o.baseModel, Kind: fakeengine.Kind(o.engine), APIKey: o.apiKey, Latency: o.latency,
+		Name: o.podName,
 	})
 	if err != nil {
 		return err

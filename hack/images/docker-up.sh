@@ -44,7 +44,17 @@ if [ "$bnd" != "$(printf '%016x' $(( (1 << ($(cat /proc/sys/kernel/cap_last_cap)
   args+=(--add-runtime "capshim=$shim" --default-runtime capshim)
 fi
 echo "Starting dockerd ${args[*]} (log: $log)"
-nohup dockerd "${args[@]}" >>"$log" 2>&1 </dev/null &
+# dockerd outlives this script: it must not inherit any descriptor beyond stdio. One that is a
+# lock (this script run as `flock /tmp/modelplane-heavy.lock make e2e-deps`) would stay held
+# by dockerd, and by containerd after it, for as long as they run, and every later flock on
+# that file would wait forever.
+(
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+  done
+  exec nohup dockerd "${args[@]}" >>"$log" 2>&1 </dev/null
+) &
 echo $! >"$pidfile"
 for _ in $(seq 60); do
   docker info >/dev/null 2>&1 && { echo "Docker engine: running ($(docker info -f '{{.ServerVersion}}'))"; exit 0; }

@@ -214,11 +214,15 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 60s); make test runs t
 KIND_VERSION ?= v0.33.0
 COREDNS_VERSION ?= v1.14.6
 CRICTL_VERSION ?= v1.37.0
+# The gateway and the monitoring stack make e2e runs (hack/images/kit.sh builds their images).
+TRAEFIK_VERSION ?= v3.6.12
+PROMETHEUS_OPERATOR_VERSION ?= v0.85.0
 KIND := $(BIN)/kind-$(KIND_VERSION)
 KIND_CLUSTER ?= modelplane-e2e
 KIND_NODE_IMAGE ?= kindest/node:$(KUBE_VERSION)
 E2E_DRY_RUN ?=
 export KUBE_VERSION ETCD_VERSION KIND_VERSION COREDNS_VERSION CRICTL_VERSION KIND_CLUSTER KIND_NODE_IMAGE IMAGE_REGISTRY
+export TRAEFIK_VERSION PROMETHEUS_OPERATOR_VERSION
 
 $(KIND):
 	hack/tools/build.sh kind $(KIND_VERSION)

@@ -80,6 +80,42 @@ kind)
   have kind || { echo "Building kind ${version}"; goinstall kind sigs.k8s.io/kind; }
   link kind
   ;;
+traefik)
+  # Traefik's go.mod has replace directives, so `go install` refuses it: build in a copy of
+  # the module (downloaded by version) with its own go.mod and go.sum.
+  if ! have traefik; then
+    echo "Building traefik ${version} (a cold build takes several minutes)"
+    tmp=$(mktemp -d)
+    trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+    dir=$(cd "$tmp" && go mod download -json "github.com/traefik/traefik/v3@$version" | jq -r .Dir)
+    cp -r "$dir" "$tmp/src" && chmod -R u+w "$tmp/src"
+    (cd "$tmp/src" && go build -trimpath -o "$bin/traefik-$version" \
+      -ldflags "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$version" ./cmd/traefik)
+  fi
+  link traefik
+  ;;
+prometheus-operator)
+  # The operator and its config reloader (the Prometheus pods' sidecar), from one module that
+  # has replace directives (go install refuses it): built in a copy of the module.
+  names=(prometheus-operator prometheus-config-reloader)
+  if ! have "${names[@]}"; then
+    echo "Building prometheus-operator ${version} (operator, prometheus-config-reloader)"
+    tmp=$(mktemp -d)
+    trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+    dir=$(cd "$tmp" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$version" | jq -r .Dir)
+    cp -r "$dir" "$tmp/src" && chmod -R u+w "$tmp/src"
+    # Its replaces point at nested modules that the module zip leaves out: use their releases.
+    (cd "$tmp/src" && go mod edit -dropreplace github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring \
+      -dropreplace github.com/prometheus-operator/prometheus-operator/pkg/client)
+    ldflags="-s -w"
+    for v in Version=${version#v} Revision=$version Branch=$version BuildUser=modelplane BuildDate=1970-01-01T00:00:00Z; do
+      ldflags+=" -X github.com/prometheus/common/version.$v"
+    done
+    (cd "$tmp/src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-operator-$version" ./cmd/operator &&
+      go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-config-reloader-$version" ./cmd/prometheus-config-reloader)
+  fi
+  for n in "${names[@]}"; do link "$n"; done
+  ;;
 controller-gen)
   have controller-gen || { echo "Building controller-gen ${version}"; goinstall controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen; }
   link controller-gen

@@ -10,7 +10,7 @@
 #                                      binaries built from their Go modules (hack/tools/build.sh)
 #   traefik, quay.io/prometheus-operator/{prometheus-operator,prometheus-config-reloader}
 #                                      built from their Go modules (hack/tools/build.sh)
-#   quay.io/prometheus/prometheus      Debian's prometheus package on the Debian base
+#   quay.io/prometheus/prometheus      github.com/prometheus/prometheus (module v0.3xx = v3.xx)
 #   kindest/node:<kubernetes version>  kind's images/base recipe on a debootstrap'd Debian with
 #                                      the images above preloaded (hack/images/node)
 #
@@ -23,6 +23,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 : "${KUBE_VERSION:=v1.37.2}" "${ETCD_VERSION:=v3.7.0}" "${COREDNS_VERSION:=v1.14.6}"
 : "${CRICTL_VERSION:=v1.37.0}" "${KIND_VERSION:=v0.33.0}"
 : "${TRAEFIK_VERSION:=v3.6.12}" "${PROMETHEUS_OPERATOR_VERSION:=v0.85.0}"
+: "${PROMETHEUS_VERSION:=v3.5.0}" "${PROMETHEUS_MODULE_VERSION:=v0.305.0}"
+export PROMETHEUS_RELEASE=$PROMETHEUS_VERSION
 : "${GO_IMAGE:=golang:1.26}" "${DISTROLESS_IMAGE:=gcr.io/distroless/static:nonroot}"
 : "${KIND_NODE_IMAGE:=kindest/node:$KUBE_VERSION}"
 cache=${MODELPLANE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/images}
@@ -193,8 +195,8 @@ if ! have "$pause"; then
 fi
 
 # --- the gateway and monitoring stack of make e2e --------------------------------------------
-# Traefik (the Gateway API implementation), Prometheus Operator and its config reloader, built
-# from their Go modules (hack/tools/build.sh); the Prometheus server is Debian's package.
+# Traefik (the Gateway API implementation), Prometheus Operator and its config reloader, and
+# the Prometheus server, built from their Go modules (hack/tools/build.sh).
 tool traefik "$TRAEFIK_VERSION"
 binary_image "traefik:$TRAEFIK_VERSION" "$bin/traefik" /usr/local/bin/traefik
 tool prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
@@ -202,37 +204,10 @@ binary_image "quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERAT
   "$bin/prometheus-operator" /bin/operator
 binary_image "quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION" \
   "$bin/prometheus-config-reloader" /bin/prometheus-config-reloader
-# Debian's prometheus: the binary (linked against glibc only) on the Debian base, with its web
-# assets (the classic UI; the libjs-* symlinks resolved) and console directories, tagged with
-# the package's upstream version, which the Prometheus resource's spec.version names.
-prometheus_version=$(dpkg-query -W -f '${Version}' prometheus 2>/dev/null || true)
-if [ -z "$prometheus_version" ]; then
-  [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus >/dev/null
-  prometheus_version=$(dpkg-query -W -f '${Version}' prometheus) || { echo "kit: Debian's prometheus package is missing (apt-get install prometheus)" >&2; exit 1; }
-fi
-prometheus_version=v${prometheus_version%%+*}
-prometheus_image=quay.io/prometheus/prometheus:$prometheus_version
-if ! have "$prometheus_image"; then
-  log "$prometheus_image (Debian's prometheus $(dpkg-query -W -f '${Version}' prometheus))"
-  ctx=$work/prometheus
-  mkdir -p "$ctx/etc"
-  cp /usr/bin/prometheus /usr/bin/promtool "$ctx/"
-  cp -rL /usr/share/prometheus "$ctx/share"
-  cp -r /etc/prometheus/consoles /etc/prometheus/console_libraries "$ctx/etc/"
-  cat >"$ctx/Dockerfile" <<DOCKERFILE
-FROM $debian_image
-COPY prometheus promtool /bin/
-COPY share /usr/share/prometheus
-COPY etc /etc/prometheus
-RUN mkdir -p /prometheus && chown 65534:65534 /prometheus && /bin/prometheus --version
-USER 65534:65534
-WORKDIR /prometheus
-EXPOSE 9090
-ENTRYPOINT ["/bin/prometheus"]
-CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]
-DOCKERFILE
-  build "$prometheus_image" "$ctx"
-fi
+# The Prometheus server from its Go module (Debian's package leaves out Kubernetes service
+# discovery, which every configuration the operator writes uses).
+tool prometheus "$PROMETHEUS_MODULE_VERSION"
+binary_image "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION" "$bin/prometheus" /bin/prometheus
 
 # --- kindest/node -----------------------------------------------------------------------------
 if ! have "$KIND_NODE_IMAGE"; then

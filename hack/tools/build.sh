@@ -116,6 +116,28 @@ prometheus-operator)
   fi
   for n in "${names[@]}"; do link "$n"; done
   ;;
+prometheus)
+  # The Prometheus server for make e2e's Prometheus Operator (Debian's package is built without
+  # Kubernetes service discovery, which the operator's configuration needs). The module's
+  # version is v0.3xx.y for Prometheus v3.xx.y; PROMETHEUS_RELEASE names the release for
+  # --version. The module has a replace directive (go install refuses it): built in a copy.
+  # Without the builtinassets tag the web UI needs assets on disk; the HTTP API is all make
+  # e2e uses.
+  if ! have prometheus; then
+    echo "Building prometheus ${version}"
+    tmp=$(mktemp -d)
+    trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+    dir=$(cd "$tmp" && go mod download -json "github.com/prometheus/prometheus@$version" | jq -r .Dir)
+    cp -r "$dir" "$tmp/src" && chmod -R u+w "$tmp/src"
+    release=${PROMETHEUS_RELEASE:-$version}
+    ldflags="-s -w"
+    for v in Version=${release#v} Revision=$version Branch=$release BuildUser=modelplane BuildDate=1970-01-01T00:00:00Z; do
+      ldflags+=" -X github.com/prometheus/common/version.$v"
+    done
+    (cd "$tmp/src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-$version" ./cmd/prometheus)
+  fi
+  link prometheus
+  ;;
 controller-gen)
   have controller-gen || { echo "Building controller-gen ${version}"; goinstall controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen; }
   link controller-gen

@@ -21,6 +21,14 @@ network_subnet=${KIND_NETWORK_SUBNET:-198.18.8.0/24}
 pod_subnet=${KIND_POD_SUBNET:-198.18.128.0/17}
 service_subnet=${KIND_SERVICE_SUBNET:-198.19.0.0/16}
 art=$root/_artifacts/e2e-kind
+traefik_version=${TRAEFIK_VERSION:-v3.6.12}
+prometheus_operator_version=${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
+# The upstream images of the gateway and the monitoring stack (the offline kit builds them;
+# test/e2e/kind/{gateway,monitoring} name them).
+stack_images=("traefik:$traefik_version"
+  "quay.io/prometheus-operator/prometheus-operator:$prometheus_operator_version"
+  "quay.io/prometheus-operator/prometheus-config-reloader:$prometheus_operator_version"
+  "quay.io/prometheus/prometheus:${PROMETHEUS_VERSION:-v3.5.0}")
 kubectl=("$root/bin/kubectl" --context "$context")
 dry=${E2E_DRY_RUN:-}
 run() { if [ -n "$dry" ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
@@ -96,6 +104,10 @@ nodes:
   # The controllers' metrics (NodePorts of test/e2e/kind), on loopback only.
   - {containerPort: 30943, hostPort: 28443, listenAddress: 127.0.0.1, protocol: TCP}
   - {containerPort: 30944, hostPort: 28444, listenAddress: 127.0.0.1, protocol: TCP}
+  # The gateway's HTTP listener (Traefik, test/e2e/kind/gateway) and Prometheus's HTTP API
+  # (test/e2e/kind/monitoring), on loopback only.
+  - {containerPort: 30080, hostPort: 28080, listenAddress: 127.0.0.1, protocol: TCP}
+  - {containerPort: 30090, hostPort: 29090, listenAddress: 127.0.0.1, protocol: TCP}
 YAML
 node=$cluster-control-plane
 if [ -z "$dry" ] && "$kind" get clusters 2>/dev/null | grep -qx "$cluster" &&
@@ -135,6 +147,10 @@ gwv=$(cd router-controller && GOWORK=off go list -m -f '{{.Version}}' sigs.k8s.i
 gw=$(GOWORK=off GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$gwv" | jq -r .Dir)
 run "${kubectl[@]}" apply --server-side -f "$gw/config/crd/standard"
 
+step "Prometheus Operator CRDs ($prometheus_operator_version)"
+po=$(cd "$art" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "github.com/prometheus-operator/prometheus-operator@$prometheus_operator_version" | jq -r .Dir)
+run "${kubectl[@]}" apply --server-side -f "$po/example/prometheus-operator-crd"
+
 step "images ($registry/*:$tag)"
 for b in adapter-controller router-controller; do
   run make --no-print-directory docker-build BINARY=$b IMAGE_REGISTRY="$registry" IMAGE_TAG="$tag"
@@ -142,6 +158,12 @@ done
 run docker build -q -f test/fakeengine.Dockerfile -t "$registry/fake-engine:$tag" .
 for b in adapter-controller router-controller fake-engine; do
   run "$kind" load docker-image --name "$cluster" "$registry/$b:$tag"
+done
+# Loaded only when the node lacks them (they never change under a tag).
+for i in "${stack_images[@]}"; do
+  if [ -n "$dry" ] || ! docker exec "$node" crictl inspecti "$i" >/dev/null 2>&1; then
+    run "$kind" load docker-image --name "$cluster" "$i"
+  fi
 done
 
 step "deploy/default with the e2e images"
@@ -169,6 +191,11 @@ run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
 # The ClusterRole a Prometheus scrapes with (the suite's metrics reader is bound to it).
 run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
 run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
+# The controllers' metrics serving certificate (docs/monitoring.md), made once per cluster:
+# the ServiceMonitors verify it against its CA.
+if [ -n "$dry" ] || ! "${kubectl[@]}" -n modelplane-system get secret modelplane-metrics-cert >/dev/null 2>&1; then
+  run bash -c "KUBECTL=$root/bin/kubectl hack/metrics-cert.sh --print | ${kubectl[*]} apply --server-side -f -"
+fi
 # The images keep their tag across runs: restart so the pods run the image just loaded.
 run "${kubectl[@]}" -n modelplane-system rollout restart deploy/adapter-controller deploy/router-controller
 run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
@@ -177,6 +204,23 @@ run "${kubectl[@]}" -n modelplane-system rollout status deploy/adapter-controlle
 run "${kubectl[@]}" -n modelplane-system rollout status deploy/router-controller --timeout 180s
 run "${kubectl[@]}" -n fake-engine-system rollout status deploy/fake-engine-admin --timeout 120s
 run "${kubectl[@]}" -n modelplane-system get pods -o wide
+
+step "gateway: Traefik $traefik_version, Gateway aibrix-system/aibrix-eg"
+run "${kubectl[@]}" apply --server-side -k test/e2e/kind/gateway
+run "${kubectl[@]}" -n traefik-system rollout status deploy/traefik --timeout 120s
+run "${kubectl[@]}" -n aibrix-system wait --for=condition=Programmed gateway/aibrix-eg --timeout 120s
+
+step "monitoring: Prometheus Operator $prometheus_operator_version, Prometheus, deploy/prometheus"
+run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring
+run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring/modelplane
+run "${kubectl[@]}" -n monitoring rollout status deploy/prometheus-operator --timeout 120s
+if [ -z "$dry" ]; then
+  for _ in $(seq 120); do
+    "${kubectl[@]}" -n monitoring get statefulset prometheus-modelplane >/dev/null 2>&1 && break
+    sleep 1
+  done
+fi
+run "${kubectl[@]}" -n monitoring rollout status statefulset/prometheus-modelplane --timeout 180s
 
 # Metrics as Prometheus scrapes them: HTTPS with the metrics reader's token.
 token=$(if [ -n "$dry" ]; then echo '<token>'; else "${kubectl[@]}" -n modelplane-system create token e2e-metrics-reader --duration=2h; fi)
@@ -188,7 +232,8 @@ suite_dir=$art/suite
 rm -rf "$suite_dir" && mkdir -p "$suite_dir"
 run env KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" E2E_CONTEXT="$context" E2E_REPO_ROOT="$root" KIND_CLUSTER="$cluster" \
   E2E_ENGINE_IMAGE="$registry/fake-engine:$tag" E2E_ENGINE_ADMIN=http://127.0.0.1:29400 \
-  E2E_METRICS_TOKEN="$token" E2E_ADAPTER_METRICS=https://127.0.0.1:28443/metrics E2E_ROUTER_METRICS=https://127.0.0.1:28444/metrics \
+  E2E_METRICS_TOKEN="$token" E2E_GATEWAY_URL=http://127.0.0.1:28080 E2E_PROMETHEUS_URL=http://127.0.0.1:29090 \
+  E2E_ADAPTER_METRICS=https://127.0.0.1:28443/metrics E2E_ROUTER_METRICS=https://127.0.0.1:28444/metrics \
   E2E_ADAPTER_STANDBY_METRICS=https://127.0.0.1:28445/metrics E2E_ROUTER_STANDBY_METRICS=https://127.0.0.1:28446/metrics \
   E2E_STOP_ROUTER="$k scale deploy/router-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=router-controller --timeout=60s" \
   E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s && $stack start router-controller" \

@@ -23,6 +23,11 @@
 //	E2E_ENGINE_IMAGE      image of the model pods (kind: the fake engine image)
 //	E2E_REPO_ROOT         the repository (deploy/ is read from there)
 //	E2E_GATEWAY_NAMESPACE gateway namespace of the routes (default aibrix-system)
+//	E2E_GATEWAY_URL       the HTTP listener of a Gateway API implementation serving the
+//	                      routes' Gateway (kind: Traefik, test/e2e/kind/gateway);
+//	                      E2E_GATEWAY_CONTROLLER, E2E_GATEWAY_NAME its controllerName and Gateway
+//	E2E_PROMETHEUS_URL    the HTTP API of a Prometheus scraping the controllers through
+//	                      deploy/prometheus (kind: Prometheus Operator, test/e2e/kind/monitoring)
 //
 // make e2e-local sets them for the local kwok cluster (hack/e2e-local.sh, hack/stack.sh),
 // make e2e for kind (hack/e2e-kind.sh, hack/e2e-kind-stack.sh). A test skips only where a

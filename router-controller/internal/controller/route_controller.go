@@ -56,6 +56,9 @@ const (
 // gateway takes to program a route.
 const DefaultGrantBatchWindow = 500 * time.Millisecond
 
+// DefaultGatewayNamespaceRetry is the default Config.GatewayNamespaceRetry.
+const DefaultGatewayNamespaceRetry = 30 * time.Second
+
 // Config configures the RouteReconciler.
 type Config struct {
 	// Routes is what the route and grant builders need: gateway, paths, timeout.
@@ -66,6 +69,11 @@ type Config struct {
 	// a route or grant, so that the routes written within the window cost one grant write
 	// rather than one each. Zero reconciles at once. See DefaultGrantBatchWindow.
 	GrantBatchWindow time.Duration
+	// GatewayNamespaceRetry is how often the route of a model is tried again while the
+	// gateway namespace does not exist: steady, so that a namespace created later is noticed
+	// within this period rather than after an exponential backoff grown to minutes. Zero
+	// means DefaultGatewayNamespaceRetry.
+	GatewayNamespaceRetry time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 	// GateOpened, when set, holds garbage collection back until it is closed. The gated
@@ -113,6 +121,9 @@ func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRec
 	}
 	if cfg.MaxConcurrentReconciles <= 0 {
 		cfg.MaxConcurrentReconciles = 1
+	}
+	if cfg.GatewayNamespaceRetry <= 0 {
+		cfg.GatewayNamespaceRetry = DefaultGatewayNamespaceRetry
 	}
 	kinds := make([]sourceKind, 0, len(cfg.SourceKinds))
 	for _, k := range cfg.SourceKinds {
@@ -212,6 +223,10 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Res
 	}
 	if err != nil {
 		recordReconcileError(object)
+	}
+	if missing := (*gatewayNamespaceMissingError)(nil); errors.As(err, &missing) {
+		// Reported (log line and Warning events); retried at a steady pace until it exists.
+		return reconcile.Result{RequeueAfter: r.cfg.GatewayNamespaceRetry}, nil
 	}
 	return reconcile.Result{}, err
 }

@@ -18,6 +18,9 @@ const (
 	ReasonRouteInvalid = "RouteInvalid"
 	// ReasonInvalidSource: the workload's routing labels or annotations have problems.
 	ReasonInvalidSource = "InvalidSource"
+	// ReasonGatewayNamespaceMissing: the gateway namespace, where the model's HTTPRoute
+	// belongs, does not exist.
+	ReasonGatewayNamespaceMissing = "GatewayNamespaceMissing"
 )
 
 // Event actions (events.k8s.io/v1 requires one).

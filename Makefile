@@ -17,12 +17,14 @@ ETCD_VERSION ?= v3.7.0
 KWOK_VERSION ?= v0.8.0
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM_VERSION ?= v4.3.2
 
 KUBE_APISERVER := $(BIN)/kube-apiserver-$(KUBE_VERSION)
 ETCD := $(BIN)/etcd-$(ETCD_VERSION)
 KWOK := $(BIN)/kwok-$(KWOK_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM := $(BIN)/helm-$(HELM_VERSION)
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
@@ -51,12 +53,20 @@ help: ## Show this help.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API types.
 	cd shared && $(CONTROLLER_GEN) object paths=./api/...
 
+CHART := deploy/chart/modelplane
+
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from markers (deploy/ and the Helm chart's copies).
 	cd shared && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=$(ROOT)/deploy/crds
+	@# The adapter-controller's role leaves out internal/cleanup: its markers are the uninstall
+	@# hook's role (delete), which the controller itself must not have.
 	@for b in $(BINARIES); do \
-	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=$$b paths=./... output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
+	  paths=$$(cd $$b && go list -f '{{.Dir}}' ./... | grep -v /internal/cleanup | paste -sd';'); \
+	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=$$b paths="$$paths" output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
+	  cp deploy/$$b/rbac/role.yaml $(CHART)/files/$$b-role.yaml; \
 	done
+	cd adapter-controller && $(CONTROLLER_GEN) rbac:roleName=modelplane-adapter-cleanup paths=./internal/cleanup/... output:stdout > $(ROOT)/$(CHART)/files/adapter-cleanup-role.yaml
+	cp deploy/crds/model.aibrix.ai_modeladapters.yaml $(CHART)/crds/
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated code or manifests differ from what is committed.
@@ -80,8 +90,17 @@ lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.ym
 	cd test/e2e && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
 
 .PHONY: test
-test: tools verify-generated ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd).
+test: tools verify-generated chart-check ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), helm lint/template and the chart drift test.
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
+
+.PHONY: chart-check
+chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint and helm template the chart with its defaults and with ci/full-values.yaml (into _artifacts/chart); test/chart compares it with deploy/default.
+	@mkdir -p _artifacts/chart
+	$(HELM) lint --strict $(CHART) --namespace modelplane-system
+	$(HELM) lint --strict $(CHART) --namespace modelplane-system -f $(CHART)/ci/full-values.yaml
+	$(HELM) template modelplane $(CHART) --namespace modelplane-system --include-crds > _artifacts/chart/defaults.yaml
+	$(HELM) template modelplane $(CHART) --namespace modelplane-system --include-crds -f $(CHART)/ci/full-values.yaml > _artifacts/chart/full-values.yaml
+	@echo "chart-check: $$(grep -c '^kind:' _artifacts/chart/defaults.yaml) objects with the defaults, $$(grep -c '^kind:' _artifacts/chart/full-values.yaml) with ci/full-values.yaml"
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no API server.
@@ -116,7 +135,7 @@ docker-build-check: ## Run the Dockerfile's build steps here on a copy holding o
 ##@ Tools
 
 .PHONY: tools
-tools: cluster-tools $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Build every pinned tool into bin/ (no-op when up to date).
+tools: cluster-tools $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(HELM) ## Build every pinned tool into bin/ (no-op when up to date).
 
 .PHONY: cluster-tools
 cluster-tools: $(KUBE_APISERVER) $(ETCD) $(KWOK) ## Build only what a local cluster needs: the Kubernetes set, etcd, kwok.
@@ -131,6 +150,8 @@ $(CONTROLLER_GEN):
 	hack/tools/build.sh controller-gen $(CONTROLLER_GEN_VERSION)
 $(GOLANGCI_LINT):
 	hack/tools/build.sh golangci-lint $(GOLANGCI_LINT_VERSION)
+$(HELM):
+	hack/tools/build.sh helm $(HELM_VERSION)
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the pinned tools).
@@ -180,7 +201,7 @@ test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scra
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus jq >/dev/null; }
 
 .PHONY: e2e-local
-e2e-local: cluster-tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
+e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
 	hack/e2e-local.sh
 
 FUZZTIME ?= 60s

@@ -26,9 +26,13 @@ const (
 	hookKey   = "helm.sh/hook"
 )
 
-// helmLabels are the labels the chart adds for Helm (modelplane.helmLabels), the only
-// difference the comparison with deploy/default ignores.
-var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+// helmLabels are the labels the chart adds for Helm (modelplane.helmLabels), and
+// helmAnnotations the annotations that only instruct Helm (the release namespace's
+// resource policy): the only differences the comparison with deploy/default ignores.
+var (
+	helmLabels      = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+	helmAnnotations = []string{"helm.sh/resource-policy"}
+)
 
 type object = map[string]any
 
@@ -110,15 +114,18 @@ func key(o object) string {
 	return fmt.Sprintf("%s %s %s/%s", str(o, "apiVersion"), str(o, "kind"), str(o, "metadata", "namespace"), str(o, "metadata", "name"))
 }
 
-// withoutHelmLabels returns o without Helm's own labels (and without an empty labels map).
-func withoutHelmLabels(o object) object {
+// withoutHelmMetadata returns o without Helm's own labels and annotations (and without a
+// labels or annotations map left empty).
+func withoutHelmMetadata(o object) object {
 	meta, _ := o["metadata"].(map[string]any)
-	labels, _ := meta["labels"].(map[string]any)
-	for _, l := range helmLabels {
-		delete(labels, l)
-	}
-	if labels != nil && len(labels) == 0 {
-		delete(meta, "labels")
+	for field, keys := range map[string][]string{"labels": helmLabels, "annotations": helmAnnotations} {
+		m, _ := meta[field].(map[string]any)
+		for _, k := range keys {
+			delete(m, k)
+		}
+		if m != nil && len(m) == 0 {
+			delete(meta, field)
+		}
 	}
 	return o
 }
@@ -172,7 +179,10 @@ func TestChartDefaultsMatchKustomize(t *testing.T) {
 		if _, dup := chart[k]; dup {
 			t.Errorf("the chart renders %s twice", k)
 		}
-		chart[k] = withoutHelmLabels(o)
+		if str(o, "kind") == "Namespace" && str(o, "metadata", "annotations", "helm.sh/resource-policy") != "keep" {
+			t.Errorf("%s would be deleted by helm uninstall, and the release record in it with it: want helm.sh/resource-policy: keep", k)
+		}
+		chart[k] = withoutHelmMetadata(o)
 	}
 	if len(kustomized) == 0 {
 		t.Fatal("kubectl kustomize deploy/default rendered nothing")

@@ -8,6 +8,8 @@
 #              runs, so the engines unload it; afterwards no ModelAdapter is left, nothing of
 #              the release either; the release namespace (kept: it held the release record)
 #              and the model's are then deleted and no namespace stays Terminating
+#   undeploy   the same with make undeploy after a kustomize install (by hand, not in make
+#              e2e): the adapter is unloaded, the CRD and modelplane-system are gone
 #
 # Environment: KIND_CLUSTER, E2E_IMAGE_TAG and IMAGE_REGISTRY as for hack/e2e-kind.sh;
 # E2E_ENGINE_ADMIN (default http://127.0.0.1:29400) is the fake engines' admin aggregator.
@@ -62,8 +64,10 @@ loaded() { # NAMESPACE ADAPTER: how many engines hold the adapter
   curl -fsS "$admin/engines" | jq --arg ns "$1" --arg a "$2" '[.[] | select(.namespace == $ns) | .loaded[]? | select(. == $a)] | length'
 }
 
-uninstall() {
-  local model=helm-uninstall mns=helm-uninstall
+# load_adapter NAMESPACE: a model (2 fake-engine pods) in NAMESPACE with the ModelAdapter
+# lora-uninstall Running and loaded on both engines.
+load_adapter() {
+  local mns=$1 model=helm-uninstall
   k create namespace "$mns" --dry-run=client -o yaml | k apply -f - >/dev/null
   k apply -f - >/dev/null <<YAML
 apiVersion: apps/v1
@@ -105,11 +109,22 @@ YAML
   k -n "$mns" wait modeladapter/lora-uninstall --for=jsonpath='{.status.phase}'=Running --timeout 120s
   local n=0
   for _ in $(seq 60); do n=$(loaded "$mns" lora-uninstall) && [ "$n" = 2 ] && break; sleep 1; done
-  [ "$n" = 2 ] || fail "lora-uninstall is loaded on $n engines before the uninstall, want 2"
-  echo "before helm uninstall: lora-uninstall Running, loaded on $n engines"
+  [ "$n" = 2 ] || fail "lora-uninstall is loaded on $n engines before the removal, want 2"
+  echo "before the removal: lora-uninstall Running, loaded on $n engines"
   k get modeladapters -A -o wide
+}
 
-  local start
+# no_terminating: fail when a namespace is left Terminating.
+no_terminating() {
+  local terminating
+  terminating=$(k get namespaces -o jsonpath='{range .items[?(@.status.phase=="Terminating")]}{.metadata.name} {end}')
+  [ -z "$terminating" ] || fail "namespaces left Terminating: $terminating"
+  echo "namespaces afterwards:"; k get namespaces
+}
+
+uninstall() {
+  local mns=helm-uninstall n start
+  load_adapter "$mns"
   start=$(date +%s)
   helm uninstall modelplane -n "$ns" --wait --timeout 5m
   echo "helm uninstall took $(($(date +%s) - start)) s"
@@ -121,23 +136,40 @@ YAML
   echo "kubectl get modeladapters -A:"; k get modeladapters -A 2>&1
   # The release namespace is kept (it held the release record); nothing of the release is
   # left in it. Deleting it, as a user would next, must not get stuck either.
-  local inside
+  local inside remains
   inside=$(k -n "$ns" get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,jobs -l app.kubernetes.io/instance=modelplane -o name)
   [ -z "$inside" ] || fail "left in $ns: $inside"
-  k delete namespace "$ns" "$mns" --wait --timeout 180s
-  local terminating
-  terminating=$(k get namespaces -o jsonpath='{range .items[?(@.status.phase=="Terminating")]}{.metadata.name} {end}')
-  [ -z "$terminating" ] || fail "namespaces left Terminating: $terminating"
-  echo "namespaces after the uninstall:"; k get namespaces
-  local remains
   remains=$(k get all,serviceaccounts,roles,rolebindings,poddisruptionbudgets,jobs,clusterroles,clusterrolebindings -A \
     -l app.kubernetes.io/instance=modelplane -o name)
   [ -z "$remains" ] || fail "objects of the release left: $remains"
+  k delete namespace "$ns" "$mns" --wait --timeout 180s
+  no_terminating
   echo "helm uninstall left nothing behind (the CRD stays, as Helm keeps crds/; the gateway namespace is kept by policy)"
 }
 
-case ${1:?verb: upgrade or uninstall} in
+# undeploy: the kustomize counterpart (not part of make e2e; run it by hand on a cluster
+# where `make e2e` installed deploy/default): make undeploy with a loaded adapter.
+undeploy() {
+  local mns=undeploy-check n start kc
+  load_adapter "$mns"
+  kc=$(mktemp)
+  k config view --minify --flatten >"$kc"
+  start=$(date +%s)
+  KUBECONFIG=$kc make --no-print-directory undeploy
+  echo "make undeploy took $(($(date +%s) - start)) s"
+  rm -f "$kc"
+  n=$(loaded "$mns" lora-uninstall)
+  [ "$n" = 0 ] || fail "lora-uninstall is still loaded on $n engines after make undeploy"
+  if k get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then fail "the CRD is still there"; fi
+  k wait --for=delete "namespace/$ns" --timeout 180s || fail "namespace $ns is still there"
+  k delete namespace "$mns" --wait --timeout 180s
+  no_terminating
+  echo "make undeploy removed the adapter (unloaded), then the controllers, the CRD and $ns"
+}
+
+case ${1:?verb: upgrade, uninstall or undeploy} in
 upgrade) upgrade 2>&1 | tee "$art/helm-upgrade.txt" ;;
 uninstall) uninstall 2>&1 | tee "$art/helm-uninstall.txt" ;;
+undeploy) undeploy 2>&1 | tee "$art/undeploy.txt" ;;
 *) fail "unknown verb $1" ;;
 esac

@@ -190,8 +190,9 @@ else
     run "${kubectl[@]}" wait --for=delete namespace/modelplane-system --timeout 180s
   fi
   # --take-ownership: the release namespace (created by --create-namespace for the release
-  # record), the gateway namespace and objects of an earlier kustomize run become the release's.
-  run "${helm[@]}" install modelplane "$chart" -n modelplane-system --create-namespace --take-ownership \
+  # record), the gateway namespace and objects of an earlier kustomize run become the release's;
+  # --force-conflicts: fields kubectl applied in that run (e.g. the arguments) become Helm's.
+  run "${helm[@]}" install modelplane "$chart" -n modelplane-system --create-namespace --take-ownership --force-conflicts \
     --set image.registry="$registry" --set-string image.tag="$tag" --set routerController.createGatewayNamespace=true \
     --wait --timeout 5m
   run "${helm[@]}" status modelplane -n modelplane-system

@@ -43,10 +43,20 @@ upgrade() {
   for d in adapter-controller router-controller; do
     k -n "$ns" rollout status "deploy/$d" --timeout 180s
   done
-  echo "helm upgrade and both rollouts took $(($(date +%s) - start)) s"
-  local d pods p args
+  # Rolled out means the new ReplicaSet's pods are Ready; the old ones may still be shutting
+  # down (Terminating pods report phase Running). Wait until they are gone.
+  local d h old
   for d in adapter-controller router-controller; do
-    pods=$(k -n "$ns" get pods -l "app.kubernetes.io/name=$d" --field-selector=status.phase=Running -o name)
+    old=$before_a
+    [ "$d" = router-controller ] && old=$before_r
+    for h in $old; do
+      k -n "$ns" wait --for=delete pod -l "app.kubernetes.io/name=$d,pod-template-hash=$h" --timeout 120s
+    done
+  done
+  echo "helm upgrade, both rollouts and the old pods' shutdown took $(($(date +%s) - start)) s"
+  local pods p args
+  for d in adapter-controller router-controller; do
+    pods=$(k -n "$ns" get pods -l "app.kubernetes.io/name=$d" -o name)
     [ "$(wc -w <<<"$pods")" -ge 2 ] || fail "$d: $(wc -w <<<"$pods") running pods after the upgrade, want 2"
     for p in $pods; do
       args=$(k -n "$ns" get "$p" -o jsonpath='{.spec.containers[0].args}')

@@ -327,7 +327,7 @@ func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[strin
 
 // servedArtifact tells which artifact the adapter on pod (loaded and verified) serves, and
 // whether it is spec.artifactURL. What this process loaded and verified there (while the
-// engine still lists it) is known from memory. Otherwise vLLM and SGLang list the lora_path they loaded, which is
+// engine still lists it, from that path where it lists paths) is known from memory. Otherwise vLLM and SGLang list the lora_path they loaded, which is
 // compared with the path spec.artifactURL resolves to; behind the runtime sidecar (and for
 // engines that report no path) the artifact recorded in the status when the load was
 // verified is compared. An instance without a record (loaded before artifacts were recorded)
@@ -340,10 +340,18 @@ func (r *Reconciler) servedArtifact(pod *corev1.Pod, a *v1alpha1.ModelAdapter) (
 			recorded = ia.ArtifactURL
 		}
 	}
+	ep, epErr := engine.EndpointForPod(pod, "")
+	listsPath := epErr == nil && engine.ListsLoadPath(ep.Kind)
 	if artifact, ok := r.inventory.Artifact(pod, a.Name); ok {
-		return artifact, artifact == want
+		// What this process verified holds while the engine lists the path it loaded; a
+		// listing from another path (the engine was changed behind its back) decides below.
+		path, loaded, known := r.inventory.Served(pod, a.Name)
+		resolved, err := engine.ResolveArtifact(ep.Kind, artifact)
+		if !listsPath || !known || !loaded || path == "" || err != nil || resolved == path {
+			return artifact, artifact == want
+		}
 	}
-	if ep, err := engine.EndpointForPod(pod, ""); err == nil && engine.ListsLoadPath(ep.Kind) {
+	if listsPath {
 		if path, loaded, known := r.inventory.Served(pod, a.Name); known && loaded && path != "" {
 			if wantPath, err := engine.ResolveArtifact(ep.Kind, want); err == nil && wantPath == path {
 				return want, true
@@ -580,6 +588,24 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 		}
 		defer r.release()
 		return f()
+	}
+	if !replace {
+		// Nothing says what the engine holds (no listing of the pod yet, as on a new leader)
+		// and the pod may hold an earlier artifact: one taken out of the EndpointSlice for its
+		// reload when the previous leader stopped. A plain load would be answered "already
+		// loaded" and leave that artifact in place, so look first.
+		if _, known := r.inventory.Loaded(pod, a.Name); !known {
+			l, err := r.inventory.listings.get(ctx, pod, ep, r.inventory.listings.mark())
+			if err != nil {
+				recordLoad(ep.Kind, "", err)
+				return err
+			}
+			if path, ok := l[a.Name]; ok && (!engine.ListsLoadPath(ep.Kind) || path != wantPath) {
+				klog.FromContext(ctx).V(2).Info("The engine holds the adapter from an unverified artifact; reloading it",
+					"pod", klog.KObj(pod), "listedPath", path, "artifact", a.Spec.ArtifactURL)
+				replace = true
+			}
+		}
 	}
 	start := r.clock.Now()
 	method := ReloadMethod("")

@@ -183,6 +183,14 @@ test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scra
 e2e-local: cluster-tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
 	hack/e2e-local.sh
 
+SOAK_DURATION ?= 10m
+SOAK_SEED ?=
+export SOAK_DURATION SOAK_SEED
+
+.PHONY: soak
+soak: cluster-tools build fake-engine test-deps ## Chaos soak on the local kwok cluster for SOAK_DURATION (default 10m; SOAK_SEED replays a run); report in _artifacts/soak/.
+	hack/soak.sh
+
 FUZZTIME ?= 60s
 
 .PHONY: fuzz

@@ -64,7 +64,9 @@ type driver struct {
 	report *report
 	step   int
 	focus  *model // the model whose engines the step's engine faults hit
-	logf   func(format string, args ...any)
+	// lastKill is when a fault last killed controller processes.
+	lastKill time.Time
+	logf     func(format string, args ...any)
 }
 
 // retry calls fn until it succeeds, is answered "not found" on a delete path (ignored by the

@@ -30,12 +30,20 @@ func (d *driver) faults() []fault {
 	}
 }
 
-// weight is how often each fault kind is picked, relative to the others: the engine faults
-// and API server restarts are common; the faults that kill controller processes are rarer so
-// that processes live long enough for their goroutine and memory trends to be judged.
+// kills reports whether a fault kind kills controller processes.
+func kills(kind string) bool {
+	switch kind {
+	case "kill-adapter-leader", "kill-router-leader", "slow-restart-adapter", "slow-restart-router":
+		return true
+	}
+	return false
+}
+
+// weight is how often each fault kind is picked, relative to the others (the faults that kill
+// controller processes are also held back by the kill cooldown).
 func weight(kind string) int {
 	switch kind {
-	case "kill-adapter-leader", "kill-router-leader", "slow-restart-adapter", "slow-restart-router", "api-key-change":
+	case "api-key-change":
 		return 1
 	default:
 		return 2

@@ -59,6 +59,7 @@ type options struct {
 	slowList       time.Duration
 	window         time.Duration
 	sampleInterval time.Duration
+	killCooldown   time.Duration
 }
 
 func main() {
@@ -78,6 +79,7 @@ func main() {
 	flag.DurationVar(&o.deletionBound, "deletion-bound", 90*time.Second, "How long a deleted ModelAdapter may keep its finalizer.")
 	flag.DurationVar(&o.slowList, "slow-list", 20*time.Second, "How long a slow restart's initial lists are held back (longer than the lease).")
 	flag.DurationVar(&o.window, "fault-window", 6*time.Second, "How long engine faults stay installed.")
+	flag.DurationVar(&o.killCooldown, "kill-cooldown", 100*time.Second, "Least time between two faults that kill controller processes.")
 	flag.DurationVar(&o.sampleInterval, "sample-interval", 5*time.Second, "How often goroutines and RSS are sampled.")
 	flag.Parse()
 
@@ -229,6 +231,14 @@ func (d *driver) runStep(ctx context.Context) error {
 		if slices.Contains(kinds, f.kind) {
 			continue
 		}
+		if kills(f.kind) {
+			// Processes must live long enough for their trends to be judged: at most one
+			// fault that kills controller processes per cooldown.
+			if time.Since(d.lastKill) < d.o.killCooldown {
+				continue
+			}
+			d.lastKill = time.Now()
+		}
 		kinds = append(kinds, f.kind)
 		u, err := f.start(ctx)
 		if err != nil {
@@ -297,7 +307,8 @@ func (d *driver) converge(ctx context.Context) (time.Duration, []string) {
 		snap, err := d.snapshot(ctx)
 		if err == nil {
 			d.trackDeletions(snap)
-			if last = problems(d.world.view(), snap); len(last) == 0 {
+			last = append(problems(d.world.view(), snap), d.leaderProblems(ctx)...)
+			if len(last) == 0 {
 				return time.Since(start), nil
 			}
 		} else {
@@ -384,3 +395,22 @@ func (d *driver) snapshot(ctx context.Context) (*snapshot, error) {
 }
 
 func head(s []string, n int) []string { return s[:min(len(s), n)] }
+
+// leaderProblems reports each controller that has no leader, or more than one replica that
+// says it leads: converged means one leader per controller (after a leader is killed, the
+// lease it did not release has to expire first).
+func (d *driver) leaderProblems(ctx context.Context) []string {
+	var out []string
+	for _, c := range slices.Sorted(maps.Keys(replicas)) {
+		var leaders []string
+		for _, r := range replicas[c] {
+			if body, err := get(ctx, metricsURL[r]); err == nil && leaderIn(body) {
+				leaders = append(leaders, r)
+			}
+		}
+		if len(leaders) != 1 {
+			out = append(out, fmt.Sprintf("%s: %d replicas lead %v, want one", c, len(leaders), leaders))
+		}
+	}
+	return out
+}

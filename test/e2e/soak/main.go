@@ -180,6 +180,10 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	if err := d.waitGarbageCollector(ctx); err != nil {
+		return err
+	}
+
 	mctx, stopMonitors := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	mon := &monitor{d: d, k8s: k8s, start: start}
@@ -413,4 +417,43 @@ func (d *driver) leaderProblems(ctx context.Context) []string {
 		}
 	}
 	return out
+}
+
+// waitGarbageCollector waits until the cluster's garbage collector removes the dependents of a
+// deleted ModelAdapter. An adapter's Service and EndpointSlice go with it through their owner
+// reference; on a cluster created seconds before, the collector learns the ModelAdapter CRD
+// only at its next resync (30 s), and the first deletions would wait for that, which is the
+// fresh cluster's start-up, not the controllers' behaviour.
+func (d *driver) waitGarbageCollector(ctx context.Context) error {
+	start := time.Now()
+	ns := d.world.namespace[0]
+	a := &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gc-probe"},
+		Spec: v1alpha1.ModelAdapterSpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.ModelNameLabel: "gc-probe"}},
+			ArtifactURL: "huggingface://soak/gc-probe",
+		},
+	}
+	if err := d.retry(ctx, "gc probe adapter", func() error { return d.k8s.Create(ctx, a) }); err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gc-probe", OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: "ModelAdapter", Name: a.Name, UID: a.UID}}}}
+	if err := d.retry(ctx, "gc probe ConfigMap", func() error { return d.k8s.Create(ctx, cm) }); err != nil {
+		return err
+	}
+	if err := d.retry(ctx, "delete gc probe adapter", func() error { return d.k8s.Delete(ctx, a) }); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	for {
+		err := d.k8s.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			d.logf("soak: the garbage collector removed a deleted ModelAdapter's dependent after %s", time.Since(start).Round(100*time.Millisecond))
+			return nil
+		}
+		if time.Since(start) > 2*time.Minute {
+			return fmt.Errorf("the garbage collector did not remove the dependent of a deleted ModelAdapter within 2 minutes (%v)", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -73,15 +73,37 @@ fmt: ## Run gofmt on all Go code.
 vet: ## Run go vet on every module (and the e2e suite).
 	go vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
 	cd test/e2e && go vet -tags e2e ./...
+	$(PROMCHECK) go vet ./...
 
 .PHONY: lint
 lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.yml).
 	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...); done
 	cd test/e2e && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
+	$(PROMCHECK) $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...
 
 .PHONY: test
-test: tools verify-generated ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd).
+test: tools verify-generated test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), the alert rule tests and the PromQL checks.
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
+
+# hack/promcheck is a module outside the workspace (GOWORK=off): the Prometheus module it
+# parses PromQL with never reaches the controllers' dependency graph.
+PROMCHECK := cd hack/promcheck && GOWORK=off
+
+.PHONY: test-rules
+test-rules: test-deps ## Turn deploy/prometheus/prometheusrule.yaml into a rule file (hack/promcheck), then promtool check rules and promtool test rules (hack/promcheck/testdata/alerts_test.yaml).
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  ($(PROMCHECK) go run . rules ../../deploy/prometheus/prometheusrule.yaml) >"$$tmp/modelplane-rules.yaml"; \
+	  cp hack/promcheck/testdata/alerts_test.yaml "$$tmp/"; \
+	  promtool check rules "$$tmp/modelplane-rules.yaml"; \
+	  promtool test rules "$$tmp/alerts_test.yaml"
+
+.PHONY: test-promql
+test-promql: ## Parse every PromQL expression of the alerts and of deploy/grafana/modelplane.json and check each metric against the binaries' real scrape (hack/promcheck).
+	$(PROMCHECK) go test -count=1 ./...
+
+.PHONY: metrics-scrape
+metrics-scrape: ## Regenerate hack/promcheck/testdata/exported-metrics.txt from a real scrape of both binaries (run against envtest).
+	go test -count=1 ./test/scrape -run TestExportedMetrics -update -v
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no API server.
@@ -161,7 +183,7 @@ undeploy: $(KUBE_APISERVER) ## Remove what `make deploy` installed.
 
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
-	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus default samples; do \
+	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus overlays/prometheus-example default samples; do \
 	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
 	$(KUBECTL) apply --server-side -k deploy/namespace
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log

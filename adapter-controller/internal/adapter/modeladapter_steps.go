@@ -240,7 +240,11 @@ func (r *Reconciler) mayHold(pod *corev1.Pod, a *v1alpha1.ModelAdapter, schedule
 // listing (and deep-copying) the whole namespace per reconcile is the controller's largest
 // CPU cost at scale (docs/performance.md). It also returns the scheduled pods that provably
 // do not hold the adapter: gone, or listed without it.
-func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, scheduled map[string]bool) (holding []*corev1.Pod, notHolding []string, err error) {
+//
+// With deleting, a pod the inventory last listed without the adapter counts as holding it:
+// that listing may be older than a load made since (deletion can come right after a load,
+// before the next poll), and an unload of an adapter that is not loaded is a success.
+func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, scheduled map[string]bool, deleting bool) (holding []*corev1.Pod, notHolding []string, err error) {
 	names := maps.Clone(scheduled)
 	for _, n := range a.Status.Instances {
 		names[n] = true
@@ -258,7 +262,7 @@ func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, sche
 			return nil, nil, fmt.Errorf("reading pod %s: %w", name, err)
 		}
 		switch {
-		case !r.mayHold(pod, a, scheduled):
+		case !deleting && !r.mayHold(pod, a, scheduled):
 			notHolding = append(notHolding, name)
 		case pod.Status.PodIP != "" && pod.DeletionTimestamp == nil:
 			holding = append(holding, pod)
@@ -393,7 +397,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		desired[pod.Name] = true
 	}
 
-	holding, notHolding, err := r.holders(ctx, a, p.scheduled)
+	holding, notHolding, err := r.holders(ctx, a, p.scheduled, false)
 	if err != nil {
 		p.specErr, p.specReason = err, ReasonInternalError
 		return
@@ -715,10 +719,15 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		// reported like any other unload failure.
 		klog.FromContext(ctx).Error(err, "Reading the engine API key for unloading")
 	}
-	holding, _, err := r.holders(ctx, a, scheduledPods(a))
+	holding, gone, err := r.holders(ctx, a, scheduledPods(a), true)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	names := make([]string, 0, len(holding))
+	for _, pod := range holding {
+		names = append(names, pod.Name)
+	}
+	klog.FromContext(ctx).V(2).Info("Unloading a deleted adapter", "pods", names, "gonePods", gone)
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup

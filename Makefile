@@ -89,15 +89,37 @@ fmt: ## Run gofmt on all Go code.
 vet: ## Run go vet on every module (and the e2e suite).
 	go vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
 	cd test/e2e && go vet -tags e2e ./...
+	$(PROMCHECK) go vet ./...
 
 .PHONY: lint
 lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.yml).
 	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...); done
 	cd test/e2e && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
+	$(PROMCHECK) $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...
 
 .PHONY: test
-test: tools verify-generated chart-check ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), helm lint/template and the chart drift test.
+test: tools verify-generated chart-check test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), helm lint/template and the chart drift test, the alert rule tests and the PromQL checks.
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
+
+# hack/promcheck is a module outside the workspace (GOWORK=off): the Prometheus module it
+# parses PromQL with never reaches the controllers' dependency graph.
+PROMCHECK := cd hack/promcheck && GOWORK=off
+
+.PHONY: test-rules
+test-rules: test-deps ## Turn deploy/prometheus/prometheusrule.yaml into a rule file (hack/promcheck), then promtool check rules and promtool test rules (hack/promcheck/testdata/alerts_test.yaml).
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  ($(PROMCHECK) go run . rules ../../deploy/prometheus/prometheusrule.yaml) >"$$tmp/modelplane-rules.yaml"; \
+	  cp hack/promcheck/testdata/alerts_test.yaml "$$tmp/"; \
+	  promtool check rules "$$tmp/modelplane-rules.yaml"; \
+	  promtool test rules "$$tmp/alerts_test.yaml"
+
+.PHONY: test-promql
+test-promql: ## Parse every PromQL expression of the alerts and of deploy/grafana/modelplane.json and check each metric against the binaries' real scrape (hack/promcheck).
+	$(PROMCHECK) go test -count=1 ./...
+
+.PHONY: metrics-scrape
+metrics-scrape: ## Regenerate hack/promcheck/testdata/exported-metrics.txt from a real scrape of both binaries (run against envtest).
+	go test -count=1 ./test/scrape -run TestExportedMetrics -update -v
 
 .PHONY: chart-check
 chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint and helm template the chart with its defaults and with ci/full-values.yaml (into _artifacts/chart); test/chart compares it with deploy/default.
@@ -235,7 +257,7 @@ helm-undeploy: $(HELM) ## Uninstall the Helm release: its pre-delete hook delete
 
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
-	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus default samples; do \
+	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus overlays/prometheus-example default samples; do \
 	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
 	$(KUBECTL) apply --server-side -k deploy/namespace
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log
@@ -256,6 +278,14 @@ test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scra
 .PHONY: e2e-local
 e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
 	hack/e2e-local.sh
+
+SOAK_DURATION ?= 10m
+SOAK_SEED ?=
+export SOAK_DURATION SOAK_SEED
+
+.PHONY: soak
+soak: cluster-tools build fake-engine test-deps ## Chaos soak on the local kwok cluster for SOAK_DURATION (default 10m; SOAK_SEED replays a run); report in _artifacts/soak/.
+	hack/soak.sh
 
 FUZZTIME ?= 60s
 

@@ -44,6 +44,12 @@ if [ "$bnd" != "$(printf '%016x' $(( (1 << ($(cat /proc/sys/kernel/cap_last_cap)
   args+=(--add-runtime "capshim=$shim" --default-runtime capshim)
 fi
 echo "Starting dockerd ${args[*]} (log: $log)"
+# The daemon must not inherit descriptors beyond stdio: a caller's lock (flock FD ...) would be
+# held for the daemon's whole life.
+for fd in /proc/self/fd/*; do
+  fd=${fd##*/}
+  ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null || true
+done
 nohup dockerd "${args[@]}" >>"$log" 2>&1 </dev/null &
 echo $! >"$pidfile"
 for _ in $(seq 60); do

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -80,6 +83,12 @@ func New(o *Options, c Config) (*App, error) {
 	metricsOpts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
 	if o.MetricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		logMetricsCertificate(logger, o.MetricsCertDir)
+		if o.MetricsCertDir != "" {
+			// controller-runtime serves (and watches) tls.crt and tls.key from there when both
+			// exist, and falls back to a self-signed certificate otherwise.
+			metricsOpts.CertDir = o.MetricsCertDir
+		}
 	}
 	gate, err := syncgate.New(syncgate.Options{
 		Controller:   c.Controller,
@@ -141,4 +150,18 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// logMetricsCertificate says which certificate the secure metrics endpoint will serve: the
+// one in dir, or a self-signed one (which a scraper can only accept without verification).
+func logMetricsCertificate(logger logr.Logger, dir string) {
+	if dir != "" {
+		_, certErr := os.Stat(filepath.Join(dir, "tls.crt"))
+		_, keyErr := os.Stat(filepath.Join(dir, "tls.key"))
+		if certErr == nil && keyErr == nil {
+			logger.Info("Serving metrics with the mounted certificate", "dir", dir)
+			return
+		}
+	}
+	logger.Info("Serving metrics with a self-signed certificate: scrapers cannot verify it", "certDir", dir)
 }

@@ -24,6 +24,7 @@ type Options struct {
 	Kubeconfig              string
 	MetricsBindAddress      string
 	MetricsSecure           bool
+	MetricsCertDir          string
 	HealthProbeBindAddress  string
 	PprofBindAddress        string
 	LeaderElect             bool
@@ -61,6 +62,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig. Empty: $KUBECONFIG, in-cluster config, then ~/.kube/config.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the metrics endpoint; "0" disables it.`)
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve metrics over HTTPS, authenticating and authorizing each scrape with the API server.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "With --metrics-secure: directory holding tls.crt and tls.key to serve metrics with (reloaded when they change). Empty, or without both files: a self-signed certificate made at start, which scrapers cannot verify.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of /healthz and /readyz.")
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, `Address of the pprof endpoint; "0" disables it.`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader so that only one replica reconciles; standbys keep warm caches.")

@@ -39,6 +39,17 @@ const (
 	ReloadUnloadLoad ReloadMethod = "unload-load"
 )
 
+// InstanceState is the value of the state label of modelplane_adapter_instances.
+type InstanceState string
+
+const (
+	// InstancesDesired counts the pods an adapter is placed on (spec.replicas of the
+	// candidates, or every candidate).
+	InstancesDesired InstanceState = "desired"
+	// InstancesReady counts the pods where the adapter is loaded and verified.
+	InstancesReady InstanceState = "ready"
+)
+
 // ListCall is the value of the call label of modelplane_adapter_inventory_list_requests_total.
 type ListCall string
 
@@ -64,9 +75,18 @@ var (
 		"Unloads by the inventory sweep of adapters this controller loaded whose ModelAdapter is gone, by result (success, error reason).", "result")
 	engineRequests = sharedmetrics.NewCounterVec("engine_requests_total",
 		"HTTP requests to inference engines, by engine, operation and HTTP status or transport failure.", "engine", "op", "code")
+	engineRequestDuration = sharedmetrics.NewHistogramVec("engine_request_duration_seconds",
+		"Duration of HTTP requests to inference engines, body included, by engine and operation (load, unload, list), whether or not the engine answered.",
+		[]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}, "engine", "op")
 	listRequests = sharedmetrics.NewCounterVec("adapter_inventory_list_requests_total",
 		"Requests for the adapters of an engine pod (load verifications and inventory polls), by whether they started a GET /v1/models call (started) or shared one (shared).",
 		"call")
+	// adapterInstances has two series per ModelAdapter (desired, ready), set by the
+	// reconcile of the adapter on the leader and deleted when the adapter is being deleted or
+	// is gone from the cache: its cardinality is bounded by twice the number of adapters.
+	adapterInstances = sharedmetrics.NewGaugeVec("adapter_instances",
+		"Engine pods per ModelAdapter: desired (placed on) and ready (loaded and verified). Two series per adapter, removed when the adapter is deleted.",
+		"namespace", "name", "state")
 	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("modelplane_adapters",
 		"ModelAdapters by status phase, counted from the informer cache at scrape time.", []string{"phase"}, nil)}
 )
@@ -77,7 +97,7 @@ var registerOnce sync.Once
 // series whose label values are known exposed at zero. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, listRequests, adaptersByPhase)
+		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, engineRequestDuration, listRequests, adapterInstances, adaptersByPhase)
 		for _, c := range []ListCall{ListStarted, ListShared} {
 			listRequests.WithLabelValues(string(c))
 		}
@@ -95,6 +115,19 @@ func recordLoad(kind engine.Kind, reload ReloadMethod, err error) {
 	}
 }
 
+// recordInstances publishes the desired and ready instance counts of an adapter.
+func recordInstances(namespace, name string, desired, ready int) {
+	adapterInstances.WithLabelValues(namespace, name, string(InstancesDesired)).Set(float64(desired))
+	adapterInstances.WithLabelValues(namespace, name, string(InstancesReady)).Set(float64(ready))
+}
+
+// forgetInstances deletes the instance series of an adapter that is being deleted or gone.
+func forgetInstances(namespace, name string) {
+	for _, st := range []InstanceState{InstancesDesired, InstancesReady} {
+		adapterInstances.DeleteLabelValues(namespace, name, string(st))
+	}
+}
+
 func recordUnload(err error) { unloadsTotal.WithLabelValues(string(resultOf(err))).Inc() }
 
 func recordStrayUnload(err error) { strayUnloads.WithLabelValues(string(resultOf(err))).Inc() }
@@ -102,8 +135,9 @@ func recordStrayUnload(err error) { strayUnloads.WithLabelValues(string(resultOf
 func recordListRequest(c ListCall) { listRequests.WithLabelValues(string(c)).Inc() }
 
 // ObserveEngineRequest is the engine client's observer hook.
-func ObserveEngineRequest(engineKind, op, code string, _ time.Duration) {
+func ObserveEngineRequest(engineKind, op, code string, took time.Duration) {
 	engineRequests.WithLabelValues(engineKind, op, code).Inc()
+	engineRequestDuration.WithLabelValues(engineKind, op).Observe(took.Seconds())
 }
 
 // phaseCollector counts ModelAdapters by phase from the cache when scraped.

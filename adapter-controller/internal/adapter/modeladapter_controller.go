@@ -180,11 +180,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.backoff.forgetAdapter(req.Namespace, req.Name)
 			r.deletions.forgetAdapter(req.Namespace, req.Name)
+			forgetInstances(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	if !a.DeletionTimestamp.IsZero() {
+		// The adapter is going: nothing is desired of it any more, so its series go at
+		// once rather than when the finalizer is released.
+		forgetInstances(a.Namespace, a.Name)
 		return r.finalize(ctx, a)
 	}
 
@@ -204,6 +208,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.syncResources(ctx, p); err != nil {
 		p.resourceErr = err
 	}
+	recordInstances(a.Namespace, a.Name, len(p.desired), len(p.instances))
 	if err := r.writeStatus(ctx, p); err != nil {
 		return reconcile.Result{}, err
 	}

@@ -106,6 +106,14 @@ func TestLoadOnAllPods(t *testing.T) {
 			t.Errorf("%s%v = %v, want >= 1", m.family, m.labels, v)
 		}
 	}
+	instances := func(state string) map[string]string {
+		return map[string]string{"namespace": ns, "name": a.Name, "state": state}
+	}
+	for _, state := range []string{"desired", "ready"} {
+		if v := metricValue(t, "modelplane_adapter_instances", instances(state)); v != 3 {
+			t.Errorf("modelplane_adapter_instances%v = %v, want 3", instances(state), v)
+		}
+	}
 	// Nothing to change: a reconcile of the adapter (forced by a label it does not read) and
 	// two inventory polls must write nothing.
 	rv := eps.ResourceVersion
@@ -136,6 +144,9 @@ func TestLoadOnAllPods(t *testing.T) {
 		if len(e.Loaded()) != 0 {
 			t.Errorf("after deletion, the engine of %s still holds %v", pods[i].Name, e.Loaded())
 		}
+	}
+	if ms, err := testenv.Metrics("modelplane_adapter_instances", map[string]string{"namespace": ns, "name": a.Name}); err != nil || len(ms) != 0 {
+		t.Errorf("after deletion, modelplane_adapter_instances of the adapter has %d series (err %v), want none", len(ms), err)
 	}
 }
 

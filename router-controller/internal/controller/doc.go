@@ -27,6 +27,20 @@
 // RouteConflict on every workload, modelplane_routes{state="conflict"}). At most one write
 // per reconcile; errors are retried with per-key exponential backoff.
 //
+// # Acceptance by the Gateway
+//
+// A route of ours that is up to date is judged from its status.parents: the entries for the
+// configured Gateway (routes.RouteAcceptance). Accepted or ResolvedRefs not True for the
+// route's current generation makes the model not-accepted: a Warning event
+// RouteNotAccepted (the condition, the gateway's reason and message) on each source, once
+// per source and problem, and modelplane_routes{state="not-accepted"}. Accepted again, the
+// model is managed again, with one Normal event RouteAccepted. A judgement of an earlier
+// generation changes nothing until the Gateway catches up; a route the Gateway does not
+// report on at all (no entry in status.parents) counts as managed. The route watch lets
+// through the status writes that change this judgement (acceptanceChanged), and no other
+// status churn. What was reported lives in memory: after a restart a problem still present
+// is reported once more.
+//
 // # ReferenceGrants
 //
 // Grants follow the routes rather than the workloads: the grants of a namespace admit

@@ -165,3 +165,18 @@ func specOrMetadataChanged[T metav1.Object]() predicate.TypedPredicate[T] {
 		predicate.TypedAnnotationChangedPredicate[T]{},
 	)
 }
+
+// acceptanceChanged lets through the updates of a route that change what the configured
+// Gateway says of it (the status an implementation writes in status.parents), so that the
+// route's model is reconciled and the judgement reported. It passes nothing else; it is
+// combined with specOrMetadataChanged.
+func acceptanceChanged(cfg routes.Config) predicate.TypedPredicate[*gatewayv1.HTTPRoute] {
+	return predicate.TypedFuncs[*gatewayv1.HTTPRoute]{
+		CreateFunc:  func(event.TypedCreateEvent[*gatewayv1.HTTPRoute]) bool { return false },
+		DeleteFunc:  func(event.TypedDeleteEvent[*gatewayv1.HTTPRoute]) bool { return false },
+		GenericFunc: func(event.TypedGenericEvent[*gatewayv1.HTTPRoute]) bool { return false },
+		UpdateFunc: func(e event.TypedUpdateEvent[*gatewayv1.HTTPRoute]) bool {
+			return routes.RouteAcceptance(cfg, e.ObjectOld) != routes.RouteAcceptance(cfg, e.ObjectNew)
+		},
+	}
+}

@@ -16,6 +16,9 @@ const (
 	RouteStateManaged RouteState = "managed"
 	// RouteStateConflict counts models whose route name is taken by a route we do not own.
 	RouteStateConflict RouteState = "conflict"
+	// RouteStateNotAccepted counts models whose route we own but the Gateway reports not
+	// Accepted, or with ResolvedRefs not True, for its current generation.
+	RouteStateNotAccepted RouteState = "not-accepted"
 )
 
 // ReconcileObject is the value of the object label of modelplane_route_reconcile_errors_total.
@@ -31,7 +34,7 @@ const (
 var (
 	// Routes is the number of model names per route state.
 	Routes = sharedmetrics.NewGaugeVec("routes",
-		"Model names with live sources, by route state: managed (route owned and current) or conflict (route name taken by an HTTPRoute not managed by modelplane).",
+		"Model names with live sources, by route state: managed (route owned and current, accepted by the Gateway or not judged yet), not-accepted (route owned, but the Gateway reports Accepted or ResolvedRefs not True) or conflict (route name taken by an HTTPRoute not managed by modelplane). The states are exclusive.",
 		"state")
 
 	// RouteReconcileErrors counts failed reconciles by the object being reconciled.
@@ -47,7 +50,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors)
-		for _, s := range []RouteState{RouteStateManaged, RouteStateConflict} {
+		for _, s := range []RouteState{RouteStateManaged, RouteStateConflict, RouteStateNotAccepted} {
 			Routes.WithLabelValues(string(s)).Set(0)
 		}
 		for _, o := range []ReconcileObject{ObjectRoute, ObjectReferenceGrant} {

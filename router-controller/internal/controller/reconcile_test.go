@@ -262,7 +262,11 @@ func TestReconcileModel(t *testing.T) {
 					t.Errorf("event %d = %q, want prefix %q", i, got[i], tc.wantEvents[i])
 				}
 			}
-			if st := r.states.byModel["llama"]; st != tc.wantState {
+			var st RouteState
+			if m := r.states.byModel["llama"]; m != nil {
+				st = m.state
+			}
+			if st != tc.wantState {
 				t.Errorf("route state %q, want %q", st, tc.wantState)
 			}
 		})

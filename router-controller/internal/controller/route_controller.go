@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -186,8 +187,11 @@ func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Mana
 	// window (two handlers on one informer); grant events too, so that our own grant writes
 	// do not trigger an immediate reconcile that would write again for the next route.
 	window := r.cfg.GrantBatchWindow
+	// The first handler also sees the status the Gateway writes on a route, when its
+	// judgement of the route changes.
 	b = b.WatchesRawSource(source.TypedKind(declared, &gatewayv1.HTTPRoute{},
-		handler.TypedEnqueueRequestsFromMapFunc(r.routeToModels), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
+		handler.TypedEnqueueRequestsFromMapFunc(r.routeToModels),
+		predicate.Or(specOrMetadataChanged[*gatewayv1.HTTPRoute](), acceptanceChanged(r.cfg.Routes)))).
 		WatchesRawSource(source.TypedKind(declared, &gatewayv1.HTTPRoute{},
 			enqueueAfter(window, r.routeToGrants), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
 		WatchesRawSource(source.TypedKind(declared, &gatewayv1beta1.ReferenceGrant{},

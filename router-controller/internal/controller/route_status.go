@@ -1,9 +1,17 @@
 package controller
 
 import (
+	"context"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/modelplane/modelplane/router-controller/internal/routes"
 )
 
 // Event reasons, on the source workloads.
@@ -21,6 +29,12 @@ const (
 	// ReasonGatewayNamespaceMissing: the gateway namespace, where the model's HTTPRoute
 	// belongs, does not exist.
 	ReasonGatewayNamespaceMissing = "GatewayNamespaceMissing"
+	// ReasonRouteNotAccepted: the Gateway reports the model's HTTPRoute not Accepted or its
+	// references not resolved (Warning).
+	ReasonRouteNotAccepted = "RouteNotAccepted"
+	// ReasonRouteAccepted: the Gateway accepts the model's HTTPRoute again after reporting
+	// it not accepted (Normal; not sent for routes that were accepted from the start).
+	ReasonRouteAccepted = "RouteAccepted"
 )
 
 // Event actions (events.k8s.io/v1 requires one).
@@ -29,6 +43,7 @@ const (
 	ActionUpdate     = "UpdateRoute"
 	ActionSkip       = "SkipRoute"
 	ActionReadLabels = "ReadRoutingLabels"
+	ActionReadStatus = "ReadRouteStatus"
 )
 
 // eventOnSources records one event on each source; related is the route, when known.
@@ -38,25 +53,128 @@ func (r *RouteReconciler) eventOnSources(sources []sourceObject, related runtime
 	}
 }
 
-// routeStates is the state of every model with live sources, behind modelplane_routes.
+// observeAcceptance reads the Gateway's judgement of the model's route, which is ours and
+// up to date, and reports it: a route not accepted counts as state not-accepted and gets one
+// Warning event per source and problem (a source joining later gets it too; a new problem
+// is reported again); a route accepted again counts as managed and gets one Normal event.
+// While the Gateway has not judged the current generation the last judgement stands.
+func (r *RouteReconciler) observeAcceptance(ctx context.Context, model string, route *gatewayv1.HTTPRoute, live []sourceObject) {
+	acc := routes.RouteAcceptance(r.cfg.Routes, route)
+	gw := r.cfg.Routes.GatewayNamespace + "/" + r.cfg.Routes.GatewayName
+	switch acc.Verdict {
+	case routes.NotAccepted:
+		uids := make([]types.UID, 0, len(live))
+		for _, s := range live {
+			uids = append(uids, s.obj.GetUID())
+		}
+		warn := r.states.notAccepted(model, acc, uids)
+		if len(warn) == 0 {
+			return
+		}
+		ctrl.LoggerFrom(ctx).Info("Route not accepted by the gateway", "route", klog.KObj(route), "gateway", gw,
+			"condition", acc.Condition, "status", acc.Status, "reason", acc.Reason, "message", acc.Message)
+		var targets []sourceObject
+		for _, s := range live {
+			if warn[s.obj.GetUID()] {
+				targets = append(targets, s)
+			}
+		}
+		r.eventOnSources(targets, route, corev1.EventTypeWarning, ReasonRouteNotAccepted, ActionReadStatus,
+			"HTTPRoute %s/%s of model %q is not accepted by Gateway %s: %s=%s (%s): %s",
+			route.Namespace, route.Name, model, gw, acc.Condition, acc.Status, acc.Reason, acc.Message)
+	case routes.Accepted:
+		if r.states.accepted(model) {
+			ctrl.LoggerFrom(ctx).Info("Route accepted by the gateway again", "route", klog.KObj(route), "gateway", gw)
+			r.eventOnSources(live, route, corev1.EventTypeNormal, ReasonRouteAccepted, ActionReadStatus,
+				"HTTPRoute %s/%s of model %q is accepted by Gateway %s", route.Namespace, route.Name, model, gw)
+		}
+	case routes.NotJudged:
+		r.states.set(model, RouteStateManaged)
+	case routes.Pending:
+		r.states.owned(model)
+	}
+}
+
+// routeStates is the state of every model with live sources, behind modelplane_routes, and
+// what was reported about their acceptance.
 type routeStates struct {
 	mu      sync.Mutex
-	byModel map[string]RouteState
+	byModel map[string]*modelState
+}
+
+type modelState struct {
+	state RouteState
+	// While state is not-accepted: the problem reported and the sources told about it.
+	problem routes.Acceptance
+	warned  map[types.UID]bool
 }
 
 func newRouteStates() *routeStates {
-	return &routeStates{byModel: map[string]RouteState{}}
+	return &routeStates{byModel: map[string]*modelState{}}
 }
 
-// set records the state of model and publishes the counts.
+// set records the state of model and publishes the counts. Any acceptance problem
+// recorded is forgotten.
 func (s *routeStates) set(model string, st RouteState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byModel[model] == st {
+	s.setLocked(model, st)
+}
+
+func (s *routeStates) setLocked(model string, st RouteState) {
+	m := s.byModel[model]
+	if m == nil {
+		m = &modelState{}
+		s.byModel[model] = m
+	}
+	if st != RouteStateNotAccepted {
+		m.problem, m.warned = routes.Acceptance{}, nil
+	}
+	if m.state == st {
 		return
 	}
-	s.byModel[model] = st
+	m.state = st
 	s.publishLocked()
+}
+
+// owned records that the model's route is ours and written, its acceptance of the current
+// generation not known yet: a model not accepted stays so until the Gateway judges again.
+func (s *routeStates) owned(model string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.byModel[model]; m != nil && m.state == RouteStateNotAccepted {
+		return
+	}
+	s.setLocked(model, RouteStateManaged)
+}
+
+// notAccepted records that the Gateway does not accept the model's route for problem, and
+// returns the sources (of uids) not yet told about that problem, marking them told.
+func (s *routeStates) notAccepted(model string, problem routes.Acceptance, uids []types.UID) map[types.UID]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setLocked(model, RouteStateNotAccepted)
+	m := s.byModel[model]
+	if m.problem != problem {
+		m.problem, m.warned = problem, map[types.UID]bool{}
+	}
+	out := map[types.UID]bool{}
+	for _, u := range uids {
+		if !m.warned[u] {
+			m.warned[u], out[u] = true, true
+		}
+	}
+	return out
+}
+
+// accepted records that the Gateway accepts the model's route and reports whether it did
+// not before.
+func (s *routeStates) accepted(model string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was := s.byModel[model] != nil && s.byModel[model].state == RouteStateNotAccepted
+	s.setLocked(model, RouteStateManaged)
+	return was
 }
 
 // clear forgets model (no live sources, or no valid route) and publishes the counts.
@@ -71,9 +189,9 @@ func (s *routeStates) clear(model string) {
 }
 
 func (s *routeStates) countsLocked() map[RouteState]int {
-	out := map[RouteState]int{RouteStateManaged: 0, RouteStateConflict: 0}
-	for _, st := range s.byModel {
-		out[st]++
+	out := map[RouteState]int{RouteStateManaged: 0, RouteStateConflict: 0, RouteStateNotAccepted: 0}
+	for _, m := range s.byModel {
+		out[m.state]++
 	}
 	return out
 }

@@ -111,7 +111,7 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, model string, desired,
 			}
 			return fmt.Errorf("creating HTTPRoute %s: %w", klog.KObj(desired), err)
 		}
-		r.states.set(model, RouteStateManaged)
+		r.states.owned(model)
 		r.eventOnSources(live, desired, corev1.EventTypeNormal, ReasonRouteCreated, ActionCreate,
 			"Created HTTPRoute %s/%s for model %q", desired.Namespace, desired.Name, model)
 
@@ -123,7 +123,7 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, model string, desired,
 			existing.Namespace, existing.Name, routes.ManagedByLabel, routes.ManagedByValue, model)
 
 	case routeUpToDate(existing, desired):
-		r.states.set(model, RouteStateManaged)
+		r.observeAcceptance(ctx, model, existing, live)
 
 	default:
 		updated := mergeRoute(existing, desired)
@@ -131,7 +131,7 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, model string, desired,
 		if err := r.client.Update(ctx, updated); err != nil {
 			return fmt.Errorf("updating HTTPRoute %s: %w", klog.KObj(existing), err)
 		}
-		r.states.set(model, RouteStateManaged)
+		r.states.owned(model)
 		r.eventOnSources(live, updated, corev1.EventTypeNormal, ReasonRouteUpdated, ActionUpdate,
 			"Updated HTTPRoute %s/%s for model %q", existing.Namespace, existing.Name, model)
 	}

@@ -339,3 +339,43 @@ func TestChartFullValues(t *testing.T) {
 		t.Errorf("cleanup hook arguments (-want +got):\n%s", diff)
 	}
 }
+
+// TestChartMonitoringMatchesDeploy: the chart's PrometheusRule is deploy/prometheus's (its
+// files/ copy must be identical, and the rendered rules equal the file's), and its
+// ServiceMonitors authorize and verify TLS as deploy/prometheus's do.
+func TestChartMonitoringMatchesDeploy(t *testing.T) {
+	root := repoRoot(t)
+	source, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := os.ReadFile(filepath.Join(root, chartDir, "files", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(source, copied) {
+		t.Fatalf("%s/files/prometheusrule.yaml differs from deploy/prometheus/prometheusrule.yaml: copy it again", chartDir)
+	}
+	want, err := decode(source)
+	if err != nil || len(want) != 1 {
+		t.Fatalf("deploy/prometheus/prometheusrule.yaml: %v (%d objects)", err, len(want))
+	}
+	objs := byKey(helmTemplate(t, root, "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true",
+		"--set", "monitoring.serviceMonitor.authorization.secretName=modelplane-metrics-reader-token"))
+	rule, ok := objs["monitoring.coreos.com/v1 PrometheusRule modelplane-system/modelplane"]
+	if !ok {
+		t.Fatalf("no PrometheusRule rendered; got %v", keys(objs))
+	}
+	if diff := cmp.Diff(want[0]["spec"], rule["spec"]); diff != "" {
+		t.Errorf("the chart's rules differ from deploy/prometheus (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"adapter-controller", "router-controller"} {
+		sm := objs["monitoring.coreos.com/v1 ServiceMonitor modelplane-system/"+name]
+		ep := fmt.Sprint(get(sm, "spec", "endpoints"))
+		for _, s := range []string{"modelplane-metrics-reader-token", "serverName:" + name + "-metrics.modelplane-system.svc", "modelplane-metrics-cert"} {
+			if !strings.Contains(ep, s) {
+				t.Errorf("ServiceMonitor %s: endpoints %s lack %q", name, ep, s)
+			}
+		}
+	}
+}

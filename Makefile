@@ -17,12 +17,14 @@ ETCD_VERSION ?= v3.7.0
 KWOK_VERSION ?= v0.8.0
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM_VERSION ?= v4.3.2
 
 KUBE_APISERVER := $(BIN)/kube-apiserver-$(KUBE_VERSION)
 ETCD := $(BIN)/etcd-$(ETCD_VERSION)
 KWOK := $(BIN)/kwok-$(KWOK_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM := $(BIN)/helm-$(HELM_VERSION)
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
@@ -30,9 +32,15 @@ MODULES := shared adapter-controller router-controller test hack/bench
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/modelplane/modelplane/shared/version.Version=$(VERSION)
 
+# Images: $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG). The same two variables name the images in
+# docker-build/docker-push, make deploy (a kustomize overlay's images:) and make helm-deploy
+# (the chart's image.registry and image.tag). IMG overrides the whole name of one image.
 IMAGE_REGISTRY ?= ghcr.io/modelplane
 IMAGE_TAG ?= $(VERSION)
 BINARY ?= adapter-controller
+IMG ?= $(IMAGE_REGISTRY)/$(BINARY):$(IMAGE_TAG)
+# docker-buildx: the platforms of a multi-arch image (needs docker buildx and a registry).
+PLATFORMS ?= linux/amd64,linux/arm64
 
 # envtest finds kube-apiserver, etcd and kubectl here.
 export KUBEBUILDER_ASSETS := $(BIN)
@@ -51,12 +59,20 @@ help: ## Show this help.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API types.
 	cd shared && $(CONTROLLER_GEN) object paths=./api/...
 
+CHART := deploy/chart/modelplane
+
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from markers (deploy/ and the Helm chart's copies).
 	cd shared && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=$(ROOT)/deploy/crds
+	@# The adapter-controller's role leaves out internal/cleanup: its markers are the uninstall
+	@# hook's role (delete), which the controller itself must not have.
 	@for b in $(BINARIES); do \
-	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=$$b paths=./... output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
+	  paths=$$(cd $$b && go list -f '{{.Dir}}' ./... | grep -v /internal/cleanup | paste -sd';'); \
+	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=$$b paths="$$paths" output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
+	  cp deploy/$$b/rbac/role.yaml $(CHART)/files/$$b-role.yaml; \
 	done
+	cd adapter-controller && $(CONTROLLER_GEN) rbac:roleName=modelplane-adapter-cleanup paths=./internal/cleanup/... output:stdout > $(ROOT)/$(CHART)/files/adapter-cleanup-role.yaml
+	cp deploy/crds/model.aibrix.ai_modeladapters.yaml $(CHART)/crds/
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated code or manifests differ from what is committed.
@@ -82,7 +98,7 @@ lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.ym
 	$(PROMCHECK) $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...
 
 .PHONY: test
-test: tools verify-generated test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), the alert rule tests and the PromQL checks.
+test: tools verify-generated chart-check test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), helm lint/template and the chart drift test, the alert rule tests and the PromQL checks.
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 # hack/promcheck is a module outside the workspace (GOWORK=off): the Prometheus module it
@@ -105,6 +121,15 @@ test-promql: ## Parse every PromQL expression of the alerts and of deploy/grafan
 metrics-scrape: ## Regenerate hack/promcheck/testdata/exported-metrics.txt from a real scrape of both binaries (run against envtest).
 	go test -count=1 ./test/scrape -run TestExportedMetrics -update -v
 
+.PHONY: chart-check
+chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint and helm template the chart with its defaults and with ci/full-values.yaml (into _artifacts/chart); test/chart compares it with deploy/default.
+	@mkdir -p _artifacts/chart
+	$(HELM) lint --strict $(CHART) --namespace modelplane-system
+	$(HELM) lint --strict $(CHART) --namespace modelplane-system -f $(CHART)/ci/full-values.yaml
+	$(HELM) template modelplane $(CHART) --namespace modelplane-system --include-crds > _artifacts/chart/defaults.yaml
+	$(HELM) template modelplane $(CHART) --namespace modelplane-system --include-crds -f $(CHART)/ci/full-values.yaml > _artifacts/chart/full-values.yaml
+	@echo "chart-check: $$(grep -c '^kind:' _artifacts/chart/defaults.yaml) objects with the defaults, $$(grep -c '^kind:' _artifacts/chart/full-values.yaml) with ci/full-values.yaml"
+
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no API server.
 	go test -count=1 -short $(addprefix ./,$(addsuffix /...,$(MODULES)))
@@ -119,12 +144,29 @@ build: ## Build both controller binaries into bin/.
 	done
 
 .PHONY: docker-build
-docker-build: ## Build the image of one binary: make docker-build BINARY=router-controller.
-	docker build --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) -t $(IMAGE_REGISTRY)/$(BINARY):$(IMAGE_TAG) .
+docker-build: ## Build the image of one binary as $(IMG): make docker-build BINARY=router-controller IMAGE_TAG=v0.1.0.
+	docker build --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 .PHONY: docker-build-all
-docker-build-all: ## Build the images of both binaries.
-	@for b in $(BINARIES); do $(MAKE) docker-build BINARY=$$b; done
+docker-build-all: ## Build the images of both binaries ($(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG)).
+	@for b in $(BINARIES); do $(MAKE) docker-build BINARY=$$b IMG=$(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG); done
+
+.PHONY: docker-push
+docker-push: ## Push the image of one binary ($(IMG)) to its registry: make docker-push BINARY=... IMAGE_REGISTRY=registry.example.com/team.
+	docker push $(IMG)
+
+.PHONY: docker-push-all
+docker-push-all: ## Push the images of both binaries.
+	@for b in $(BINARIES); do $(MAKE) docker-push BINARY=$$b IMG=$(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG); done
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push a multi-arch image of one binary ($(IMG), PLATFORMS=$(PLATFORMS)) with docker buildx.
+	@docker buildx version >/dev/null 2>&1 || { echo "docker buildx is not available: use make docker-build (one platform)" >&2; exit 1; }
+	docker buildx build --platform $(PLATFORMS) --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) -t $(IMG) --push .
+
+.PHONY: docker-buildx-all
+docker-buildx-all: ## Build and push multi-arch images of both binaries.
+	@for b in $(BINARIES); do $(MAKE) docker-buildx BINARY=$$b IMG=$(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG); done
 
 .PHONY: docker-build-check
 docker-build-check: ## Run the Dockerfile's build steps here on a copy holding only what it COPYs (no Docker engine needed).
@@ -138,7 +180,7 @@ docker-build-check: ## Run the Dockerfile's build steps here on a copy holding o
 ##@ Tools
 
 .PHONY: tools
-tools: cluster-tools $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Build every pinned tool into bin/ (no-op when up to date).
+tools: cluster-tools $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(HELM) ## Build every pinned tool into bin/ (no-op when up to date).
 
 .PHONY: cluster-tools
 cluster-tools: $(KUBE_APISERVER) $(ETCD) $(KWOK) ## Build only what a local cluster needs: the Kubernetes set, etcd, kwok.
@@ -153,6 +195,8 @@ $(CONTROLLER_GEN):
 	hack/tools/build.sh controller-gen $(CONTROLLER_GEN_VERSION)
 $(GOLANGCI_LINT):
 	hack/tools/build.sh golangci-lint $(GOLANGCI_LINT_VERSION)
+$(HELM):
+	hack/tools/build.sh helm $(HELM_VERSION)
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the pinned tools).
@@ -172,14 +216,44 @@ cluster-down: ## Delete the local kwok cluster.
 ##@ Deployment
 
 KUSTOMIZE_DIR ?= deploy/default
+# The overlay make deploy applies: $(KUSTOMIZE_DIR) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG).
+DEPLOY_OVERLAY := _artifacts/deploy
+UNDEPLOY_TIMEOUT ?= 5m
+HELM_RELEASE ?= modelplane
+HELM_NAMESPACE ?= modelplane-system
+HELM_ARGS ?=
+
+.PHONY: deploy-overlay
+deploy-overlay:
+	@mkdir -p $(DEPLOY_OVERLAY)
+	@printf '%s\n' '# Generated by make deploy: $(KUSTOMIZE_DIR) with the images of IMAGE_REGISTRY and IMAGE_TAG.' \
+	  'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' 'resources:' \
+	  "- $$(realpath --relative-to=$(DEPLOY_OVERLAY) $(KUSTOMIZE_DIR))" 'images:' \
+	  $(foreach b,$(BINARIES),'- name: ghcr.io/modelplane/$(b)' '  newName: $(IMAGE_REGISTRY)/$(b)' '  newTag: "$(IMAGE_TAG)"') \
+	  > $(DEPLOY_OVERLAY)/kustomization.yaml
 
 .PHONY: deploy
-deploy: manifests $(KUBE_APISERVER) ## Install the CRD and both controllers into the cluster of $KUBECONFIG (kubectl apply -k deploy/default).
-	$(KUBECTL) apply --server-side -k $(KUSTOMIZE_DIR)
+deploy: manifests deploy-overlay $(KUBE_APISERVER) ## Install the CRD and both controllers ($(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG)) into the cluster of $KUBECONFIG with kustomize.
+	$(KUBECTL) apply --server-side -k $(DEPLOY_OVERLAY)
 
 .PHONY: undeploy
-undeploy: $(KUBE_APISERVER) ## Remove what `make deploy` installed.
-	$(KUBECTL) delete --ignore-not-found -k $(KUSTOMIZE_DIR)
+undeploy: deploy-overlay $(KUBE_APISERVER) ## Remove what `make deploy` installed: ModelAdapters first (waiting for the adapter-controller to unload them), then the controllers and the CRD.
+	@if $(KUBECTL) get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then \
+	  echo "Deleting every ModelAdapter and waiting up to $(UNDEPLOY_TIMEOUT) for their finalizers (the adapter-controller unloads them)"; \
+	  $(KUBECTL) delete modeladapters.model.aibrix.ai --all --all-namespaces --wait --timeout=$(UNDEPLOY_TIMEOUT) || { \
+	    echo "ModelAdapters are still there: is the adapter-controller running? Nothing else was removed." >&2; \
+	    $(KUBECTL) get modeladapters.model.aibrix.ai -A -o custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,FINALIZERS:.metadata.finalizers >&2; exit 1; }; \
+	fi
+	$(KUBECTL) delete --ignore-not-found -k $(DEPLOY_OVERLAY)
+
+.PHONY: helm-deploy
+helm-deploy: $(HELM) ## Install or upgrade the Helm chart (release $(HELM_RELEASE) in $(HELM_NAMESPACE)) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG); HELM_ARGS adds flags.
+	$(HELM) upgrade --install $(HELM_RELEASE) $(CHART) --namespace $(HELM_NAMESPACE) --create-namespace --take-ownership \
+	  --set image.registry=$(IMAGE_REGISTRY) --set-string image.tag=$(IMAGE_TAG) --wait --timeout 5m $(HELM_ARGS)
+
+.PHONY: helm-undeploy
+helm-undeploy: $(HELM) ## Uninstall the Helm release: its pre-delete hook deletes the ModelAdapters while the adapter-controller still runs.
+	$(HELM) uninstall $(HELM_RELEASE) --namespace $(HELM_NAMESPACE) --wait --timeout 5m
 
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
@@ -202,8 +276,16 @@ test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scra
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus jq >/dev/null; }
 
 .PHONY: e2e-local
-e2e-local: cluster-tools build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
+e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
 	hack/e2e-local.sh
+
+SOAK_DURATION ?= 10m
+SOAK_SEED ?=
+export SOAK_DURATION SOAK_SEED
+
+.PHONY: soak
+soak: cluster-tools build fake-engine test-deps ## Chaos soak on the local kwok cluster for SOAK_DURATION (default 10m; SOAK_SEED replays a run); report in _artifacts/soak/.
+	hack/soak.sh
 
 FUZZTIME ?= 60s
 

@@ -25,6 +25,19 @@ trap cleanup EXIT
 
 "$stack" up "$art"
 
+# The Helm chart as the API server sees it: its defaults and a namespaced install, rendered and
+# applied with --dry-run=server (admission, schemas, Pod Security "restricted" of the namespace).
+echo "Applying the rendered Helm chart with --dry-run=server"
+kc=("$root/bin/kubectl" --kubeconfig "$("$root/hack/cluster.sh" kubeconfig)")
+for variant in defaults namespaced; do
+  set -- --include-crds
+  [ "$variant" = namespaced ] && set -- --set 'watchNamespaces={default}' --set routerController.createGatewayNamespace=true
+  "$root/bin/helm" template modelplane "$root/deploy/chart/modelplane" --namespace modelplane-system "$@" >"$art/chart-$variant.yaml"
+  "${kc[@]}" apply --server-side --force-conflicts --dry-run=server -f "$art/chart-$variant.yaml" 2>&1 | tee "$art/chart-$variant-dry-run.log"
+  if grep -q "violate PodSecurity" "$art/chart-$variant-dry-run.log"; then echo "the chart ($variant) violates Pod Security restricted" >&2; exit 1; fi
+  echo "chart ($variant): $(grep -c '(server dry run)' "$art/chart-$variant-dry-run.log") objects accepted by the API server"
+done
+
 echo "Running the e2e suite"
 export KUBECONFIG
 KUBECONFIG=$("$root/hack/cluster.sh" kubeconfig)

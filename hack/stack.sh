@@ -9,7 +9,9 @@
 #   hack/stack.sh down DIR          stop the processes started by up
 #   hack/stack.sh stop NAME DIR     stop one process (e.g. router-controller)
 #   hack/stack.sh start NAME DIR    start one controller again and wait until ready; NAME may
-#                                   be <controller>-standby for a second replica
+#                                   be <controller>-standby for a second replica;
+#                                   CONTROLLER_KUBECONFIG overrides its kubeconfig (the soak's
+#                                   slow proxy)
 #   hack/stack.sh kill NAME DIR     SIGKILL one process (a crash: no lease release, no cleanup)
 #   hack/stack.sh ensure NAME DIR   start a controller again if its process has exited (what a
 #                                   kubelet would do); prints "running" or "restarted"
@@ -50,7 +52,7 @@ start_controller() { # name dir
   *) echo "unknown controller $name" >&2; return 2 ;;
   esac
   [ "$base" = adapter-controller ] && extra=(--inventory-period 2s)
-  "$bin/$base" --kubeconfig "$dir/$base.kubeconfig" \
+  "$bin/$base" --kubeconfig "${CONTROLLER_KUBECONFIG:-$dir/$base.kubeconfig}" \
     --leader-elect --leader-election-namespace modelplane-system --leader-elect-lease-duration "$LEASE_DURATION" \
     --leader-elect-renew-deadline "$RENEW_DEADLINE" --leader-elect-retry-period "$RETRY_PERIOD" \
     --metrics-bind-address "$metrics" --health-probe-bind-address "$probe" --v=4 "${extra[@]}" \

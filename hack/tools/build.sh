@@ -25,11 +25,11 @@ have() { # all named versioned binaries exist
   for n in "$@"; do [ -x "$bin/$n-$version" ] || return 1; done
 }
 
-goinstall() { # name package
+goinstall() { # name package [go install flags...]
   local tmp
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
-  GOBIN=$tmp go install "$2@$version"
+  GOBIN=$tmp go install "${@:3}" "$2@$version"
   mv "$tmp/$1" "$bin/$1-$version"
 }
 
@@ -79,6 +79,13 @@ crictl)
 kind)
   have kind || { echo "Building kind ${version}"; goinstall kind sigs.k8s.io/kind; }
   link kind
+  ;;
+helm)
+  # Helm v4: renders, lints and installs deploy/chart/modelplane (make test, make e2e-local,
+  # E2E_INSTALL=helm make e2e).
+  have helm || { echo "Building helm ${version}"; goinstall helm helm.sh/helm/v4/cmd/helm \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version -X helm.sh/helm/v4/internal/version.metadata="; }
+  link helm
   ;;
 traefik)
   # Traefik's go.mod has replace directives, so `go install` refuses it: build in a copy of

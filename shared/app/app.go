@@ -60,7 +60,7 @@ func New(o *Options, c Config) (*App, error) {
 	cfg := c.RESTConfig
 	if cfg == nil {
 		var err error
-		if cfg, err = restConfig(o.Kubeconfig); err != nil {
+		if cfg, err = RESTConfig(o.Kubeconfig); err != nil {
 			return nil, err
 		}
 	}
@@ -135,7 +135,9 @@ func (a *App) Run(ctx context.Context) error {
 	return a.Manager.Start(ctx)
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
+// RESTConfig loads the configuration of a kubeconfig path; empty means $KUBECONFIG, the
+// in-cluster configuration, then ~/.kube/config.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		cfg, err := ctrl.GetConfig()
 		if err != nil {

@@ -49,6 +49,10 @@ func TestServedArtifact(t *testing.T) {
 		"sidecar: no record, not an instance":     {kind: sidecar, listed: ptr.To("/var/lib/runtime/lora"), want: want{"", false}},
 		"sidecar: this process loaded the new":    {kind: sidecar, listed: ptr.To("/var/lib/runtime/lora"), recorded: v1, loadedNow: v2, want: want{v2, true}},
 		"vllm: this process loaded the old":       {kind: vllm, listed: ptr.To("org/lora-v1"), loadedNow: v1, want: want{v1, false}},
+		// Memory says v2, the engine lists v1 (changed behind this process's back, or an
+		// "already loaded" answer hid the old one): the listing wins, so it is reloaded.
+		"vllm: loaded the new, lists the old": {kind: vllm, listed: ptr.To("org/lora-v1"), recorded: v2, loadedNow: v2, instance: true, want: want{"org/lora-v1", false}},
+		"vllm: loaded the new, lists the new": {kind: vllm, listed: ptr.To("org/lora-v2"), recorded: v2, loadedNow: v2, instance: true, want: want{v2, true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

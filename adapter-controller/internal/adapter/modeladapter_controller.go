@@ -40,6 +40,9 @@ import (
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
+// Leader election records an event on its Lease: the namespaced install (no cluster-wide
+// events rule) needs it here.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=modelplane-system
 
 const (
 	// Finalizer holds a ModelAdapter until it is unloaded from its pods.

@@ -240,7 +240,11 @@ func (r *Reconciler) mayHold(pod *corev1.Pod, a *v1alpha1.ModelAdapter, schedule
 // listing (and deep-copying) the whole namespace per reconcile is the controller's largest
 // CPU cost at scale (docs/performance.md). It also returns the scheduled pods that provably
 // do not hold the adapter: gone, or listed without it.
-func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, scheduled map[string]bool) (holding []*corev1.Pod, notHolding []string, err error) {
+//
+// With deleting, a pod the inventory last listed without the adapter counts as holding it:
+// that listing may be older than a load made since (deletion can come right after a load,
+// before the next poll), and an unload of an adapter that is not loaded is a success.
+func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, scheduled map[string]bool, deleting bool) (holding []*corev1.Pod, notHolding []string, err error) {
 	names := maps.Clone(scheduled)
 	for _, n := range a.Status.Instances {
 		names[n] = true
@@ -258,7 +262,7 @@ func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, sche
 			return nil, nil, fmt.Errorf("reading pod %s: %w", name, err)
 		}
 		switch {
-		case !r.mayHold(pod, a, scheduled):
+		case !deleting && !r.mayHold(pod, a, scheduled):
 			notHolding = append(notHolding, name)
 		case pod.Status.PodIP != "" && pod.DeletionTimestamp == nil:
 			holding = append(holding, pod)
@@ -327,7 +331,7 @@ func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[strin
 
 // servedArtifact tells which artifact the adapter on pod (loaded and verified) serves, and
 // whether it is spec.artifactURL. What this process loaded and verified there (while the
-// engine still lists it) is known from memory. Otherwise vLLM and SGLang list the lora_path they loaded, which is
+// engine still lists it, from that path where it lists paths) is known from memory. Otherwise vLLM and SGLang list the lora_path they loaded, which is
 // compared with the path spec.artifactURL resolves to; behind the runtime sidecar (and for
 // engines that report no path) the artifact recorded in the status when the load was
 // verified is compared. An instance without a record (loaded before artifacts were recorded)
@@ -340,10 +344,18 @@ func (r *Reconciler) servedArtifact(pod *corev1.Pod, a *v1alpha1.ModelAdapter) (
 			recorded = ia.ArtifactURL
 		}
 	}
+	ep, epErr := engine.EndpointForPod(pod, "")
+	listsPath := epErr == nil && engine.ListsLoadPath(ep.Kind)
 	if artifact, ok := r.inventory.Artifact(pod, a.Name); ok {
-		return artifact, artifact == want
+		// What this process verified holds while the engine lists the path it loaded; a
+		// listing from another path (the engine was changed behind its back) decides below.
+		path, loaded, known := r.inventory.Served(pod, a.Name)
+		resolved, err := engine.ResolveArtifact(ep.Kind, artifact)
+		if !listsPath || !known || !loaded || path == "" || err != nil || resolved == path {
+			return artifact, artifact == want
+		}
 	}
-	if ep, err := engine.EndpointForPod(pod, ""); err == nil && engine.ListsLoadPath(ep.Kind) {
+	if listsPath {
 		if path, loaded, known := r.inventory.Served(pod, a.Name); known && loaded && path != "" {
 			if wantPath, err := engine.ResolveArtifact(ep.Kind, want); err == nil && wantPath == path {
 				return want, true
@@ -385,7 +397,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		desired[pod.Name] = true
 	}
 
-	holding, notHolding, err := r.holders(ctx, a, p.scheduled)
+	holding, notHolding, err := r.holders(ctx, a, p.scheduled, false)
 	if err != nil {
 		p.specErr, p.specReason = err, ReasonInternalError
 		return
@@ -581,6 +593,24 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 		defer r.release()
 		return f()
 	}
+	if !replace {
+		// Nothing says what the engine holds (no listing of the pod yet, as on a new leader)
+		// and the pod may hold an earlier artifact: one taken out of the EndpointSlice for its
+		// reload when the previous leader stopped. A plain load would be answered "already
+		// loaded" and leave that artifact in place, so look first.
+		if _, known := r.inventory.Loaded(pod, a.Name); !known {
+			l, err := r.inventory.listings.get(ctx, pod, ep, r.inventory.listings.mark())
+			if err != nil {
+				recordLoad(ep.Kind, "", err)
+				return err
+			}
+			if path, ok := l[a.Name]; ok && (!engine.ListsLoadPath(ep.Kind) || path != wantPath) {
+				klog.FromContext(ctx).V(2).Info("The engine holds the adapter from an unverified artifact; reloading it",
+					"pod", klog.KObj(pod), "listedPath", path, "artifact", a.Spec.ArtifactURL)
+				replace = true
+			}
+		}
+	}
 	start := r.clock.Now()
 	method := ReloadMethod("")
 	if replace {
@@ -689,10 +719,15 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		// reported like any other unload failure.
 		klog.FromContext(ctx).Error(err, "Reading the engine API key for unloading")
 	}
-	holding, _, err := r.holders(ctx, a, scheduledPods(a))
+	holding, gone, err := r.holders(ctx, a, scheduledPods(a), true)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	names := make([]string, 0, len(holding))
+	for _, pod := range holding {
+		names = append(names, pod.Name)
+	}
+	klog.FromContext(ctx).V(2).Info("Unloading a deleted adapter", "pods", names, "gonePods", gone)
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup

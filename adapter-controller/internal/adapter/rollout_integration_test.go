@@ -2,6 +2,8 @@ package adapter_test
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -293,4 +295,42 @@ func TestBrokenArtifactKeepsTheOldVersion(t *testing.T) {
 	}
 	waitAdapter(t, key, 30*time.Second, "the rollout to finish once the engines accept the artifact", upToDate("huggingface://org/lora-broken", 3))
 	f.requirePaths(t, "huggingface://org/lora-broken")
+}
+
+// TestEngineHoldingAnEarlierArtifact: engines that already hold the adapter's name from
+// another artifact when the adapter is first reconciled — the state a new leader finds on a
+// pod its predecessor had taken out of the EndpointSlice for a reload — end up serving the
+// spec's artifact, not the earlier one behind an "already loaded" answer. (Found by make soak:
+// the status said every instance served v2 while the engines kept v1.)
+func TestEngineHoldingAnEarlierArtifact(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	engines := map[string]*fakeengine.Engine{}
+	var pods []*corev1.Pod
+	for i := range 3 {
+		name := fmt.Sprintf("held-%d", i)
+		ip := newIP()
+		engines[name] = engine(t, ip, 8000, fakeengine.Options{})
+		body := `{"lora_name":"lora","lora_path":"org/lora-v1"}`
+		resp, err := http.Post("http://"+net.JoinHostPort(ip, "8000")+"/v1/load_lora_adapter", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("preloading the engine of %s: %s", name, resp.Status)
+		}
+		pods = append(pods, modelPod(t, ns, name, ip, modelLabels("held")))
+	}
+	a := newAdapter(ns, "lora", "held", func(a *v1alpha1.ModelAdapter) { a.Spec.ArtifactURL = "huggingface://org/lora-v2" })
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "every instance on lora-v2", upToDate("huggingface://org/lora-v2", 3))
+	for _, p := range pods {
+		if got := engines[p.Name].Adapters()["lora"]; got != "org/lora-v2" {
+			t.Errorf("the engine of %s holds the adapter from %q, want org/lora-v2", p.Name, got)
+		}
+	}
 }

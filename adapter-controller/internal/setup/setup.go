@@ -17,11 +17,14 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
+	"github.com/modelplane/modelplane/adapter-controller/internal/cleanup"
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/app"
@@ -36,11 +39,18 @@ type Options struct {
 	*app.Options
 	Adapter       adapter.Options
 	EngineTimeout time.Duration
+
+	// DeleteAllAdapters runs the uninstall cleanup instead of the controller: delete every
+	// ModelAdapter (in --watch-namespace, else everywhere), wait for their finalizers, exit.
+	DeleteAllAdapters bool
+	// CleanupTimeout bounds that wait.
+	CleanupTimeout time.Duration
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Options: app.NewOptions(ControllerName), Adapter: adapter.DefaultOptions(), EngineTimeout: 10 * time.Second}
+	return &Options{Options: app.NewOptions(ControllerName), Adapter: adapter.DefaultOptions(), EngineTimeout: 10 * time.Second,
+		CleanupTimeout: 4 * time.Minute}
 }
 
 // AddFlags registers every flag of the binary.
@@ -54,6 +64,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Adapter.MaxBackoff, "load-backoff-max", o.Adapter.MaxBackoff, "Longest wait between retries on a pod.")
 	fs.IntVar(&o.Adapter.DeletionRetryLimit, "deletion-retry-limit", o.Adapter.DeletionRetryLimit, "Unload attempts on deletion before the finalizer is released anyway (with a Warning event).")
 	fs.DurationVar(&o.EngineTimeout, "engine-timeout", o.EngineTimeout, "Timeout of one engine HTTP request.")
+	fs.BoolVar(&o.DeleteAllAdapters, "delete-all-adapters", o.DeleteAllAdapters, "Do not run the controller: delete every ModelAdapter (in --watch-namespace, else in all namespaces), "+
+		"wait until a running adapter-controller has unloaded them and released their finalizers, then exit (an uninstall's first step).")
+	fs.DurationVar(&o.CleanupTimeout, "cleanup-timeout", o.CleanupTimeout, "How long --delete-all-adapters waits for the finalizers before failing with the adapters left.")
 }
 
 // Validate checks every option and says what is wrong with each bad one.
@@ -61,6 +74,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if err := o.Options.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.CleanupTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--cleanup-timeout must be positive, got %s", o.CleanupTimeout))
 	}
 	if o.EngineTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--engine-timeout must be positive, got %s", o.EngineTimeout))
@@ -141,7 +157,32 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	return a, nil
 }
 
-// Run builds the manager (see Build) and runs it until ctx ends.
+// Run builds the manager (see Build) and runs it until ctx ends; with --delete-all-adapters
+// it runs the uninstall cleanup instead.
 func Run(ctx context.Context, o *Options, restConfig *rest.Config) error {
+	if o.DeleteAllAdapters {
+		return runCleanup(ctx, o, restConfig)
+	}
 	return app.BuildAndRun(ctx, func(ctx context.Context) (*app.App, error) { return Build(ctx, o, restConfig) })
+}
+
+// runCleanup deletes every ModelAdapter in scope and waits for their finalizers (package
+// cleanup).
+func runCleanup(ctx context.Context, o *Options, restConfig *rest.Config) error {
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("invalid options: %w", err)
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	if restConfig == nil {
+		var err error
+		if restConfig, err = app.RESTConfig(o.Kubeconfig); err != nil {
+			return err
+		}
+	}
+	c, err := client.New(restConfig, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	return cleanup.Run(klog.NewContext(ctx, klog.NewKlogr().WithName("cleanup")), c,
+		cleanup.Options{Namespaces: o.WatchNamespaces, Timeout: o.CleanupTimeout})
 }

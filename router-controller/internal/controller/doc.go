@@ -35,10 +35,11 @@
 // RouteNotAccepted (the condition, the gateway's reason and message) on each source, once
 // per source and problem, and modelplane_routes{state="not-accepted"}. Accepted again, the
 // model is managed again, with one Normal event RouteAccepted. A judgement of an earlier
-// generation changes nothing until the Gateway catches up. The route watch lets through the
-// status writes that change this judgement (acceptanceChanged), and no other status churn.
-// What was reported lives in memory: after a restart a problem still present is reported
-// once more.
+// generation changes nothing until the Gateway catches up; a route the Gateway does not
+// report on at all (no entry in status.parents) counts as managed. The route watch lets
+// through the status writes that change this judgement (acceptanceChanged), and no other
+// status churn. What was reported lives in memory: after a restart a problem still present
+// is reported once more.
 //
 // # ReferenceGrants
 //

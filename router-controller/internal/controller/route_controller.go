@@ -40,6 +40,9 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
+// Leader election records an event on its Lease: the namespaced install (no cluster-wide
+// events rule) needs it here.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=modelplane-system
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -57,6 +60,9 @@ const (
 // gateway takes to program a route.
 const DefaultGrantBatchWindow = 500 * time.Millisecond
 
+// DefaultGatewayNamespaceRetry is the default Config.GatewayNamespaceRetry.
+const DefaultGatewayNamespaceRetry = 30 * time.Second
+
 // Config configures the RouteReconciler.
 type Config struct {
 	// Routes is what the route and grant builders need: gateway, paths, timeout.
@@ -67,6 +73,11 @@ type Config struct {
 	// a route or grant, so that the routes written within the window cost one grant write
 	// rather than one each. Zero reconciles at once. See DefaultGrantBatchWindow.
 	GrantBatchWindow time.Duration
+	// GatewayNamespaceRetry is how often the route of a model is tried again while the
+	// gateway namespace does not exist: steady, so that a namespace created later is noticed
+	// within this period rather than after an exponential backoff grown to minutes. Zero
+	// means DefaultGatewayNamespaceRetry.
+	GatewayNamespaceRetry time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 	// GateOpened, when set, holds garbage collection back until it is closed. The gated
@@ -114,6 +125,9 @@ func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRec
 	}
 	if cfg.MaxConcurrentReconciles <= 0 {
 		cfg.MaxConcurrentReconciles = 1
+	}
+	if cfg.GatewayNamespaceRetry <= 0 {
+		cfg.GatewayNamespaceRetry = DefaultGatewayNamespaceRetry
 	}
 	kinds := make([]sourceKind, 0, len(cfg.SourceKinds))
 	for _, k := range cfg.SourceKinds {
@@ -216,6 +230,10 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Res
 	}
 	if err != nil {
 		recordReconcileError(object)
+	}
+	if missing := (*gatewayNamespaceMissingError)(nil); errors.As(err, &missing) {
+		// Reported (log line and Warning events); retried at a steady pace until it exists.
+		return reconcile.Result{RequeueAfter: r.cfg.GatewayNamespaceRetry}, nil
 	}
 	return reconcile.Result{}, err
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -581,4 +582,39 @@ func TestGarbageCollectionAfterRestart(t *testing.T) {
 	if at, ok := grantDeletions.when(keepGrant); ok {
 		t.Errorf("the live grant was deleted %s after start", at.Sub(start))
 	}
+}
+
+// TestGatewayNamespaceMissing: while the gateway namespace does not exist, the router says
+// so on every source (a Warning event naming the namespace) instead of failing its writes
+// silently, keeps trying at a steady pace, and creates the route once the namespace exists.
+func TestGatewayNamespaceMissing(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t, "src")
+	gw := "gw-missing-" + strings.TrimPrefix(ns, "src-")
+	startRouter(t, env.Config, gw, []string{ns}, func(o *setup.Options) { o.GatewayNamespaceRetry = time.Second })
+	model := "nogw-" + ns
+
+	createDeployment(t, ns, "engine", modelLabels(model), nil)
+	createStatefulSet(t, ns, "engine-2", modelLabels(model), nil)
+	for _, src := range []string{"engine", "engine-2"} {
+		e := waitEvent(t, ns, src, controller.ReasonGatewayNamespaceMissing)
+		if e.Type != "Warning" || !strings.Contains(e.Note, fmt.Sprintf("namespace %q does not exist", gw)) {
+			t.Errorf("event on %s: type %s, note %q; want a Warning naming namespace %s", src, e.Type, e.Note, gw)
+		}
+	}
+	// The router keeps trying: more reconciles of the model are counted without any change.
+	reconciles := testenv.ReconcileCount(controller.ControllerName)
+	eventually(t, "two more reconciles while the namespace is missing", func() error {
+		if n := testenv.ReconcileCount(controller.ControllerName) - reconciles; n < 2 {
+			return fmt.Errorf("%v so far", n)
+		}
+		return nil
+	})
+
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gw}}); err != nil {
+		t.Fatalf("creating the gateway namespace: %v", err)
+	}
+	waitRoute(t, gw, model, wantBackends("0:"+ns+"/"+model+":8000"))
+	waitGrant(t, gw, ns, model)
+	waitEvent(t, ns, "engine", controller.ReasonRouteCreated)
 }

@@ -26,6 +26,9 @@ const (
 	ReasonRouteInvalid = "RouteInvalid"
 	// ReasonInvalidSource: the workload's routing labels or annotations have problems.
 	ReasonInvalidSource = "InvalidSource"
+	// ReasonGatewayNamespaceMissing: the gateway namespace, where the model's HTTPRoute
+	// belongs, does not exist.
+	ReasonGatewayNamespaceMissing = "GatewayNamespaceMissing"
 	// ReasonRouteNotAccepted: the Gateway reports the model's HTTPRoute not Accepted or its
 	// references not resolved (Warning).
 	ReasonRouteNotAccepted = "RouteNotAccepted"

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -99,6 +100,15 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, model string, desired,
 	case existing == nil:
 		log.V(2).Info("Creating route", "sources", desired.Annotations[routes.SourcesAnnotation])
 		if err := r.client.Create(ctx, desired.DeepCopy()); err != nil {
+			if isNamespaceNotFound(err, desired.Namespace) {
+				r.states.clear(model)
+				log.Info("Cannot create route: the gateway namespace does not exist; create it or set --gateway-namespace",
+					"gatewayNamespace", desired.Namespace, "retryAfter", r.cfg.GatewayNamespaceRetry)
+				r.eventOnSources(live, nil, corev1.EventTypeWarning, ReasonGatewayNamespaceMissing, ActionCreate,
+					"Cannot create HTTPRoute %s/%s for model %q: namespace %q does not exist (the router's --gateway-namespace); retrying every %s",
+					desired.Namespace, desired.Name, model, desired.Namespace, r.cfg.GatewayNamespaceRetry)
+				return &gatewayNamespaceMissingError{namespace: desired.Namespace, err: err}
+			}
 			return fmt.Errorf("creating HTTPRoute %s: %w", klog.KObj(desired), err)
 		}
 		r.states.owned(model)
@@ -126,6 +136,30 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, model string, desired,
 			"Updated HTTPRoute %s/%s for model %q", existing.Namespace, existing.Name, model)
 	}
 	return nil
+}
+
+// gatewayNamespaceMissingError: a route could not be created because the gateway namespace
+// does not exist.
+type gatewayNamespaceMissingError struct {
+	namespace string
+	err       error
+}
+
+func (e *gatewayNamespaceMissingError) Error() string {
+	return fmt.Sprintf("gateway namespace %q does not exist: %v", e.namespace, e.err)
+}
+
+func (e *gatewayNamespaceMissingError) Unwrap() error { return e.err }
+
+// isNamespaceNotFound reports whether err is the API server's answer to a create in a
+// namespace that does not exist: NotFound with details naming the namespace itself.
+func isNamespaceNotFound(err error, namespace string) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Group == "" && d.Kind == "namespaces" && d.Name == namespace
 }
 
 // deleteRoute deletes a route of ours whose model has no live source. Routes we do not own

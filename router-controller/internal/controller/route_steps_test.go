@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -269,5 +273,27 @@ func TestMetricsHelp(t *testing.T) {
 		if err != nil || n == 0 {
 			t.Errorf("%s: %d series, err %v; want it registered on controller-runtime's registry", name, n, err)
 		}
+	}
+}
+
+func TestIsNamespaceNotFound(t *testing.T) {
+	cases := map[string]struct {
+		err  error
+		want bool
+	}{
+		"the gateway namespace is missing": {err: apierrors.NewNotFound(corev1.Resource("namespaces"), "aibrix-system"), want: true},
+		"wrapped":                          {err: fmt.Errorf("creating: %w", apierrors.NewNotFound(corev1.Resource("namespaces"), "aibrix-system")), want: true},
+		"another namespace is missing":     {err: apierrors.NewNotFound(corev1.Resource("namespaces"), "other"), want: false},
+		"a route is missing":               {err: apierrors.NewNotFound(gatewayv1.Resource("httproutes"), "aibrix-system"), want: false},
+		"forbidden":                        {err: apierrors.NewForbidden(corev1.Resource("namespaces"), "aibrix-system", errors.New("no")), want: false},
+		"not an API error":                 {err: errors.New(`namespaces "aibrix-system" not found`), want: false},
+		"nil":                              {err: nil, want: false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := isNamespaceNotFound(tc.err, "aibrix-system"); got != tc.want {
+				t.Errorf("isNamespaceNotFound(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
 	}
 }

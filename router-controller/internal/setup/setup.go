@@ -56,6 +56,9 @@ type Options struct {
 
 	// SkipControllerNameValidation lets tests run several managers in one process.
 	SkipControllerNameValidation bool
+	// GatewayNamespaceRetry overrides how often routes are retried while the gateway
+	// namespace is missing (tests shorten it; zero: controller.DefaultGatewayNamespaceRetry).
+	GatewayNamespaceRetry time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -256,6 +259,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			SourceKinds:             kinds,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 			GrantBatchWindow:        o.GrantBatchWindow,
+			GatewayNamespaceRetry:   o.GatewayNamespaceRetry,
 			GateOpened:              a.Gate.Opened(),
 			SkipNameValidation:      o.SkipControllerNameValidation,
 		})

@@ -1,0 +1,97 @@
+{{/*
+Helm's own labels, on the top-level metadata of every object. test/chart ignores exactly
+these when it compares the chart with deploy/default.
+*/}}
+{{- define "modelplane.helmLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* Labels of a controller's objects: (dict "root" $ "name" "adapter-controller"). */}}
+{{- define "modelplane.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: modelplane
+{{ include "modelplane.helmLabels" .root }}
+{{- end }}
+
+{{/* The controllers this release installs: name → values, in a stable order. */}}
+{{- define "modelplane.controllers" -}}
+{{- $out := list -}}
+{{- if .Values.adapterController.enabled }}{{ $out = append $out (dict "name" "adapter-controller" "values" .Values.adapterController) }}{{ end -}}
+{{- if .Values.routerController.enabled }}{{ $out = append $out (dict "name" "router-controller" "values" .Values.routerController) }}{{ end -}}
+{{- toJson $out -}}
+{{- end }}
+
+{{/* The image of a controller: (dict "root" $ "name" ... "values" ...). */}}
+{{- define "modelplane.image" -}}
+{{- $repo := .values.image.repository | default (printf "%s/%s" .root.Values.image.registry .name) -}}
+{{- $tag := .values.image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end }}
+
+{{/*
+The arguments of a controller: its flags map plus the ports and --watch-namespace, as
+--name=value in name order (true: --name; null or "": left out; a list: joined with commas),
+then extraArgs.
+*/}}
+{{- define "modelplane.args" -}}
+{{- $flags := dict -}}
+{{- range $k, $v := .values.flags }}{{ $_ := set $flags $k $v }}{{ end -}}
+{{- $_ := set $flags "metrics-bind-address" (printf ":%v" .values.metricsPort) -}}
+{{- $_ := set $flags "health-probe-bind-address" (printf ":%v" .values.healthPort) -}}
+{{- with .root.Values.watchNamespaces }}{{ $_ := set $flags "watch-namespace" (join "," .) }}{{ end -}}
+{{- range $k, $v := $flags }}
+{{- if kindIs "bool" $v }}
+{{- if $v }}
+- --{{ $k }}
+{{- else }}
+- --{{ $k }}=false
+{{- end }}
+{{- else if kindIs "slice" $v }}
+{{- if $v }}
+- {{ printf "--%s=%s" $k (join "," $v) | quote }}
+{{- end }}
+{{- else if not (or (kindIs "invalid" $v) (eq (toString $v) "")) }}
+- {{ printf "--%s=%s" $k (toString $v) | quote }}
+{{- end }}
+{{- end }}
+{{- range .values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The generated rules (files/<name>-role.yaml, copied from deploy/<name>/rbac by
+`make manifests`) of one kind: (dict "root" $ "name" ... "kind" "ClusterRole"|"Role"
+"scope" "all"|"cluster"|"namespaced"). "cluster" keeps the rules on cluster-scoped resources
+(TokenReviews, SubjectAccessReviews), "namespaced" the others.
+*/}}
+{{- define "modelplane.rules" -}}
+{{- $rules := list -}}
+{{- range $doc := splitList "---\n" ($.root.Files.Get (printf "files/%s-role.yaml" $.name)) }}
+{{- $o := fromYaml $doc }}
+{{- if eq (toString (get $o "kind")) $.kind }}
+{{- range $r := $o.rules }}
+{{- $cluster := or (has "authentication.k8s.io" $r.apiGroups) (has "authorization.k8s.io" $r.apiGroups) }}
+{{- if or (eq $.scope "all") (and $cluster (eq $.scope "cluster")) (and (not $cluster) (eq $.scope "namespaced")) }}
+{{- $rules = append $rules $r }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $rules }}
+{{- end }}
+
+{{/* The router's gateway namespace. */}}
+{{- define "modelplane.gatewayNamespace" -}}
+{{- index .Values.routerController.flags "gateway-namespace" | default "aibrix-system" -}}
+{{- end }}
+
+{{/* Namespaces a controller needs a Role in, for a namespaced install. */}}
+{{- define "modelplane.roleNamespaces" -}}
+{{- $ns := .root.Values.watchNamespaces -}}
+{{- if eq .name "router-controller" }}{{ $ns = append $ns (include "modelplane.gatewayNamespace" .root) }}{{ end -}}
+{{- toJson (uniq $ns) -}}
+{{- end }}

@@ -197,16 +197,19 @@ fi
 # --- the gateway and monitoring stack of make e2e --------------------------------------------
 # Traefik (the Gateway API implementation), Prometheus Operator and its config reloader, and
 # the Prometheus server, built from their Go modules (hack/tools/build.sh).
-tool traefik "$TRAEFIK_VERSION"
+# Each tool is built only for an image that is missing (a cold build takes minutes).
+have "traefik:$TRAEFIK_VERSION" || tool traefik "$TRAEFIK_VERSION"
 binary_image "traefik:$TRAEFIK_VERSION" "$bin/traefik" /usr/local/bin/traefik
-tool prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
+have "quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION" &&
+  have "quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION" ||
+  tool prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
 binary_image "quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION" \
   "$bin/prometheus-operator" /bin/operator
 binary_image "quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION" \
   "$bin/prometheus-config-reloader" /bin/prometheus-config-reloader
 # The Prometheus server from its Go module (Debian's package leaves out Kubernetes service
 # discovery, which every configuration the operator writes uses).
-tool prometheus "$PROMETHEUS_MODULE_VERSION"
+have "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION" || tool prometheus "$PROMETHEUS_MODULE_VERSION"
 binary_image "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION" "$bin/prometheus" /bin/prometheus
 
 # --- kindest/node -----------------------------------------------------------------------------

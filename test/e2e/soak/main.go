@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -84,8 +85,9 @@ func main() {
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	if err := run(ctx, o); err != nil {
+	err := run(ctx, o)
+	cancel()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
 	}
@@ -452,7 +454,10 @@ func (d *driver) waitGarbageCollector(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(start) > 2*time.Minute {
-			return fmt.Errorf("the garbage collector did not remove the dependent of a deleted ModelAdapter within 2 minutes (%v)", err)
+			if err != nil {
+				return fmt.Errorf("the garbage collector did not remove the dependent of a deleted ModelAdapter within 2 minutes (last read: %w)", err)
+			}
+			return errors.New("the garbage collector did not remove the dependent of a deleted ModelAdapter within 2 minutes")
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -142,11 +142,16 @@ func (d *driver) createModel(ctx context.Context, ns string) (bool, error) {
 	key := d.world.keys[ns]
 	d.world.models[ns+"/"+m.name] = m
 	d.world.mu.Unlock()
-	dep := deployment(m, key)
-	return true, d.retry(ctx, "create Deployment "+m.name, func() error {
-		err := d.k8s.Create(ctx, dep.DeepCopy())
+	return true, d.create(ctx, deployment(m, key))
+}
+
+// create creates obj, retrying; "already exists" after a retry means an earlier attempt got
+// through.
+func (d *driver) create(ctx context.Context, obj client.Object) error {
+	return d.retry(ctx, fmt.Sprintf("create %T %s", obj, obj.GetName()), func() error {
+		err := d.k8s.Create(ctx, obj.DeepCopyObject().(client.Object))
 		if apierrors.IsAlreadyExists(err) {
-			return nil // an earlier attempt got through
+			return nil
 		}
 		return err
 	})
@@ -275,13 +280,7 @@ func (d *driver) createAdapterOn(ctx context.Context, m *model) (bool, error) {
 	if a.keyed {
 		obj.Spec.CredentialsSecretRef = &corev1.LocalObjectReference{Name: keySecret}
 	}
-	return true, d.retry(ctx, "create ModelAdapter "+a.name, func() error {
-		err := d.k8s.Create(ctx, obj.DeepCopy())
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	})
+	return true, d.create(ctx, obj)
 }
 
 func (d *driver) deleteAdapter(ctx context.Context, ns string) (bool, error) {

@@ -147,10 +147,10 @@ uninstall() {
   # The release namespace is kept (it held the release record); nothing of the release is
   # left in it. Deleting it, as a user would next, must not get stuck either.
   local inside remains
-  inside=$(k -n "$ns" get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,jobs -l app.kubernetes.io/instance=modelplane -o name)
+  inside=$(k -n "$ns" get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,jobs -l app.kubernetes.io/instance=modelplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
   [ -z "$inside" ] || fail "left in $ns: $inside"
   remains=$(k get all,serviceaccounts,roles,rolebindings,poddisruptionbudgets,jobs,clusterroles,clusterrolebindings -A \
-    -l app.kubernetes.io/instance=modelplane -o name)
+    -l app.kubernetes.io/instance=modelplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
   [ -z "$remains" ] || fail "objects of the release left: $remains"
   k delete namespace "$ns" "$mns" --wait --timeout 180s
   no_terminating

@@ -176,6 +176,14 @@ done
 
 overlay=$art/overlay
 mkdir -p "$overlay"
+# The controllers' metrics serving certificate (docs/monitoring.md), made once per cluster and
+# before the controllers start: they read it at start-up from the optional Secret volume, and
+# the ServiceMonitors verify it against its CA (a pod started without it serves a self-signed
+# certificate that no scrape can verify).
+run bash -c "${kubectl[*]} create namespace modelplane-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
+if [ -n "$dry" ] || ! "${kubectl[@]}" -n modelplane-system get secret modelplane-metrics-cert >/dev/null 2>&1; then
+  run bash -c "KUBECTL=$root/bin/kubectl hack/metrics-cert.sh --print | ${kubectl[*]} apply --server-side -f -"
+fi
 if [ "$install" = kustomize ]; then
   step "deploy/default with the e2e images"
   cat >"$overlay/kustomization.yaml" <<YAML
@@ -233,11 +241,6 @@ YAML
   run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
   run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
-fi
-# The controllers' metrics serving certificate (docs/monitoring.md), made once per cluster:
-# the ServiceMonitors verify it against its CA.
-if [ -n "$dry" ] || ! "${kubectl[@]}" -n modelplane-system get secret modelplane-metrics-cert >/dev/null 2>&1; then
-  run bash -c "KUBECTL=$root/bin/kubectl hack/metrics-cert.sh --print | ${kubectl[*]} apply --server-side -f -"
 fi
 run "${kubectl[@]}" -n modelplane-system rollout status deploy/adapter-controller --timeout 180s
 run "${kubectl[@]}" -n modelplane-system rollout status deploy/router-controller --timeout 180s

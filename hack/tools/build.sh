@@ -33,6 +33,26 @@ goinstall() { # name package [go install flags...]
   mv "$tmp/$1" "$bin/$1-$version"
 }
 
+# module_copy MODULE@VERSION: a writable copy of a module in $src, for modules whose replace
+# directives make `go install` refuse them (removed on exit).
+module_copy() {
+  tmp=$(mktemp -d)
+  trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+  local dir
+  dir=$(cd "$tmp" && go mod download -json "$1" | jq -r .Dir)
+  src=$tmp/src
+  cp -r "$dir" "$src" && chmod -R u+w "$src"
+}
+
+# prometheus_ldflags RELEASE: the -ldflags that stamp github.com/prometheus/common/version.
+prometheus_ldflags() {
+  local f="-s -w" v
+  for v in "Version=${1#v}" "Revision=$version" "Branch=$1" BuildUser=modelplane BuildDate=1970-01-01T00:00:00Z; do
+    f+=" -X github.com/prometheus/common/version.$v"
+  done
+  echo "$f"
+}
+
 case "$tool" in
 kube|kube-node)
   # kube: what a local (kwok) cluster and the tests run on the host. kube-node: what a kind
@@ -92,11 +112,8 @@ traefik)
   # the module (downloaded by version) with its own go.mod and go.sum.
   if ! have traefik; then
     echo "Building traefik ${version} (a cold build takes several minutes)"
-    tmp=$(mktemp -d)
-    trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
-    dir=$(cd "$tmp" && go mod download -json "github.com/traefik/traefik/v3@$version" | jq -r .Dir)
-    cp -r "$dir" "$tmp/src" && chmod -R u+w "$tmp/src"
-    (cd "$tmp/src" && go build -trimpath -o "$bin/traefik-$version" \
+    module_copy "github.com/traefik/traefik/v3@$version"
+    (cd "$src" && go build -trimpath -o "$bin/traefik-$version" \
       -ldflags "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$version" ./cmd/traefik)
   fi
   link traefik
@@ -107,18 +124,12 @@ prometheus-operator)
   names=(prometheus-operator prometheus-config-reloader)
   if ! have "${names[@]}"; then
     echo "Building prometheus-operator ${version} (operator, prometheus-config-reloader)"
-    tmp=$(mktemp -d)
-    trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
-    dir=$(cd "$tmp" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$version" | jq -r .Dir)
-    cp -r "$dir" "$tmp/src" && chmod -R u+w "$tmp/src"
+    module_copy "github.com/prometheus-operator/prometheus-operator@$version"
     # Its replaces point at nested modules that the module zip leaves out: use their releases.
-    (cd "$tmp/src" && go mod edit -dropreplace github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring \
+    (cd "$src" && go mod edit -dropreplace github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring \
       -dropreplace github.com/prometheus-operator/prometheus-operator/pkg/client)
-    ldflags="-s -w"
-    for v in Version=${version#v} Revision=$version Branch=$version BuildUser=modelplane BuildDate=1970-01-01T00:00:00Z; do
-      ldflags+=" -X github.com/prometheus/common/version.$v"
-    done
-    (cd "$tmp/src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-operator-$version" ./cmd/operator &&
+    ldflags=$(prometheus_ldflags "$version")
+    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-operator-$version" ./cmd/operator &&
       go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-config-reloader-$version" ./cmd/prometheus-config-reloader)
   fi
   for n in "${names[@]}"; do link "$n"; done
@@ -132,16 +143,10 @@ prometheus)
   # e2e uses.
   if ! have prometheus; then
     echo "Building prometheus ${version}"
-    tmp=$(mktemp -d)
-    trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
-    dir=$(cd "$tmp" && go mod download -json "github.com/prometheus/prometheus@$version" | jq -r .Dir)
-    cp -r "$dir" "$tmp/src" && chmod -R u+w "$tmp/src"
+    module_copy "github.com/prometheus/prometheus@$version"
     release=${PROMETHEUS_RELEASE:-$version}
-    ldflags="-s -w"
-    for v in Version=${release#v} Revision=$version Branch=$release BuildUser=modelplane BuildDate=1970-01-01T00:00:00Z; do
-      ldflags+=" -X github.com/prometheus/common/version.$v"
-    done
-    (cd "$tmp/src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-$version" ./cmd/prometheus)
+    ldflags=$(prometheus_ldflags "$release")
+    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-$version" ./cmd/prometheus)
   fi
   link prometheus
   ;;

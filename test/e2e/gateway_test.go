@@ -148,9 +148,10 @@ func routeParentConditions(name string) (map[string]metav1.Condition, error) {
 	return out, nil
 }
 
-// waitRouteConditions waits until the gateway reports Accepted and ResolvedRefs with these
-// statuses on the route, and returns the conditions.
-func waitRouteConditions(t *testing.T, timeout time.Duration, name string, accepted, resolved metav1.ConditionStatus) map[string]metav1.Condition {
+// waitRouteConditions waits until the gateway reports Accepted=True and ResolvedRefs with this
+// status on the route, and returns the conditions.
+func waitRouteConditions(t *testing.T, timeout time.Duration, name string, resolved metav1.ConditionStatus) map[string]metav1.Condition {
+	const accepted = metav1.ConditionTrue
 	t.Helper()
 	var conds map[string]metav1.Condition
 	waitFor(t, timeout, fmt.Sprintf("route %s: Accepted=%s ResolvedRefs=%s from %s", name, accepted, resolved, gatewayController()), func() (bool, string) {
@@ -183,7 +184,7 @@ func TestGatewayRoutesByModel(t *testing.T) {
 	}
 
 	// The base model: its route accepted, and every answer from one of its pods.
-	conds := waitRouteConditions(t, 60*time.Second, model+"-router", metav1.ConditionTrue, metav1.ConditionTrue)
+	conds := waitRouteConditions(t, 60*time.Second, model+"-router", metav1.ConditionTrue)
 	t.Logf("route %s/%s status from %s: Accepted=%s (%s), ResolvedRefs=%s (%s)", gatewayNamespace(), model+"-router", gatewayController(),
 		conds["Accepted"].Status, conds["Accepted"].Reason, conds["ResolvedRefs"].Status, conds["ResolvedRefs"].Reason)
 	waitFor(t, maxRouteDelay, "a request for the base model through the gateway", func() (bool, string) {
@@ -238,7 +239,7 @@ func TestGatewayRoutesByModel(t *testing.T) {
 	if !slices.Contains(instances, first.servedBy) {
 		t.Fatalf("the first answer for %s came from %s, not one of its instances %v", adapterName, first.servedBy, instances)
 	}
-	conds = waitRouteConditions(t, 30*time.Second, adapterName+"-router", metav1.ConditionTrue, metav1.ConditionTrue)
+	conds = waitRouteConditions(t, 30*time.Second, adapterName+"-router", metav1.ConditionTrue)
 	t.Logf("route %s/%s: Accepted=%s ResolvedRefs=%s", gatewayNamespace(), adapterName+"-router", conds["Accepted"].Status, conds["ResolvedRefs"].Status)
 
 	// Where the engines can be asked, the instances are exactly the pods holding the adapter.
@@ -320,7 +321,7 @@ func TestGatewayReportsUnresolvedGrant(t *testing.T) {
 	modelService(t, ns, model)
 	startModel(ctx, t, 90*time.Second, ns, model, 1)
 	route := model + "-router"
-	waitRouteConditions(t, 60*time.Second, route, metav1.ConditionTrue, metav1.ConditionTrue)
+	waitRouteConditions(t, 60*time.Second, route, metav1.ConditionTrue)
 	waitFor(t, maxRouteDelay, "a request for the model through the gateway", func() (bool, string) {
 		a := complete(gw, "/v1/completions", model)
 		return a.ok(), a.String()
@@ -342,7 +343,7 @@ func TestGatewayReportsUnresolvedGrant(t *testing.T) {
 	if err := k8s.Delete(ctx, &grant); err != nil {
 		t.Fatal(err)
 	}
-	conds := waitRouteConditions(t, 60*time.Second, route, metav1.ConditionTrue, metav1.ConditionFalse)
+	conds := waitRouteConditions(t, 60*time.Second, route, metav1.ConditionFalse)
 	rr := conds[string(gatewayv1.RouteConditionResolvedRefs)]
 	t.Logf("grant %s/%s removed → the gateway reports ResolvedRefs=False on %s after %.3f s: %s: %s",
 		ns, grant.Name, route, time.Since(removed).Seconds(), rr.Reason, rr.Message)
@@ -366,7 +367,7 @@ func TestGatewayReportsUnresolvedGrant(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(&grant), &gatewayv1beta1.ReferenceGrant{})
 		return err == nil, fmt.Sprint(err)
 	})
-	waitRouteConditions(t, 60*time.Second, route, metav1.ConditionTrue, metav1.ConditionTrue)
+	waitRouteConditions(t, 60*time.Second, route, metav1.ConditionTrue)
 	waitFor(t, maxRouteDelay, "requests for the model answered again", func() (bool, string) {
 		a := complete(gw, "/v1/completions", model)
 		return a.ok(), a.String()

@@ -85,7 +85,7 @@ func TestInferenceServedByHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get(ServedByHeader) != e.Addr() {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(ServedByHeader) != e.Addr() {
 		t.Fatalf("status %d, %s %q, want 200 and %q", resp.StatusCode, ServedByHeader, resp.Header.Get(ServedByHeader), e.Addr())
 	}
 	if a := must(t, http.MethodGet, url(e, "/v1/models"), ""); a.status != 500 {

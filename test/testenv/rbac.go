@@ -59,6 +59,8 @@ func (e *Env) EnsureNamespace(ctx context.Context, name string) error {
 // Access is one resource request to authorize.
 type Access struct {
 	Verb, Group, Resource, Subresource, Namespace string
+	// Name is the object's name, for rules limited to resourceNames ("" means any).
+	Name string
 }
 
 func (a Access) String() string {
@@ -68,6 +70,9 @@ func (a Access) String() string {
 	}
 	if a.Subresource != "" {
 		r += "/" + a.Subresource
+	}
+	if a.Name != "" {
+		r += " " + a.Name
 	}
 	if a.Namespace != "" {
 		r += " in " + a.Namespace
@@ -86,7 +91,7 @@ func (e *Env) Allowed(ctx context.Context, namespace, name string, a Access) (bo
 		User:   ServiceAccountUser(namespace, name),
 		Groups: serviceAccountGroups(namespace),
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace,
+			Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name,
 		},
 	}}
 	got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})

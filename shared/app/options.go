@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/modelplane/modelplane/shared/aibrix"
 	"github.com/modelplane/modelplane/shared/syncgate"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	WatchNamespaces         []string
 	QPS                     float64
 	Burst                   int
+	// AIBrixControllerLeases are the leader election Leases of AIBrix's controllers, each
+	// "namespace/name"; while one is held and renewed the take-over from AIBrix waits
+	// (package aibrix). None turns the check off.
+	AIBrixControllerLeases []string
 }
 
 // NewOptions returns the defaults for the named controller.
@@ -54,6 +59,7 @@ func NewOptions(controller string) *Options {
 		GracefulShutdownTimeout: 30 * time.Second,
 		QPS:                     50,
 		Burst:                   100,
+		AIBrixControllerLeases:  []string{aibrix.ControllerManagerLease},
 	}
 }
 
@@ -79,6 +85,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "Sustained requests per second to the API server, per resource kind: controller-runtime gives each kind its own REST client and rate limiter, and Events have theirs.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of requests to the API server, per resource kind (see --kube-api-qps).")
+	fs.Func("aibrix-controller-leases", fmt.Sprintf("Comma-separated leader election Leases (namespace/name) of AIBrix's controllers (default %q). "+
+		"While one is held and renewed, the take-over from AIBrix waits: the adapter-controller acts on no ModelAdapter, "+
+		"the router adopts no AIBrix HTTPRoute and removes no AIBrix ReferenceGrant. Empty turns the check off "+
+		"(for an AIBrix controller-manager run without its model-adapter-controller and model-route-controller).",
+		strings.Join(o.AIBrixControllerLeases, ",")), func(s string) error {
+		o.AIBrixControllerLeases = SplitList(s)
+		return nil
+	})
 	klog.InitFlags(fs)
 }
 
@@ -127,6 +141,9 @@ func (o *Options) Validate() error {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--watch-namespace %q: %s", ns, strings.Join(msgs, "; ")))
 		}
+	}
+	if _, err := aibrix.ParseLeases(o.AIBrixControllerLeases); err != nil {
+		errs = append(errs, fmt.Errorf("--aibrix-controller-leases: %w", err))
 	}
 	if o.QPS <= 0 || o.Burst <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.QPS, o.Burst))

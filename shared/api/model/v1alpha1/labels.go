@@ -27,6 +27,12 @@ const (
 	// is known and gets the unload on deletion. AIBrix writes the same annotation before
 	// loading.
 	ScheduledPodsAnnotation = "adapter.model.aibrix.ai/scheduled-pods"
+	// AIBrixFinalizer is the finalizer AIBrix's model-adapter-controller puts on every
+	// ModelAdapter. The adapter-controller handles it like its own: an adapter being deleted
+	// is unloaded from every pod that may hold it, then both are released. AIBrix's per-pod
+	// retry annotations ("adapter.model.aibrix.ai/retry-count.<pod>",
+	// "adapter.model.aibrix.ai/last-retry-time.<pod>") are not read.
+	AIBrixFinalizer = "adapter.model.aibrix.ai/finalizer"
 
 	// DefaultEnginePort is the engine port when a pod or workload has no port label.
 	DefaultEnginePort = 8000

@@ -16,8 +16,9 @@ import (
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 )
 
-// garbageCollector enqueues, once the gate is open, every model named by a source and every
-// model and namespace of the routes and grants we own. Reconciling them removes what was
+// garbageCollector enqueues, once the gate is open, every model named by a source, every
+// model and namespace of the routes and grants we own, and the namespaces of AIBrix's
+// grants (to be retired). Reconciling them removes what was
 // orphaned while the controller was down (a workload deleted meanwhile) and repairs drift.
 // It runs on the gated manager, so it starts only after every cache has synced, and only on
 // the leader. It never deletes anything itself: the reconciler decides from synced caches.
@@ -103,14 +104,13 @@ func (r *RouteReconciler) allKeys(ctx context.Context) ([]Key, error) {
 	}
 
 	var grants gatewayv1beta1.ReferenceGrantList
-	if err := r.cache.List(ctx, &grants, client.MatchingLabels{
-		routes.ManagedByLabel:        routes.ManagedByValue,
-		routes.GatewayNamespaceLabel: r.cfg.Routes.GatewayNamespace,
-	}); err != nil {
+	if err := r.cache.List(ctx, &grants); err != nil {
 		return nil, err
 	}
 	for i := range grants.Items {
-		keys[GrantsKey(grants.Items[i].Namespace)] = true
+		if g := &grants.Items[i]; r.ownsGrant(g) || (r.cfg.AdoptAIBrix && routes.IsAIBrixGrant(r.cfg.Routes, g)) {
+			keys[GrantsKey(g.Namespace)] = true
+		}
 	}
 	return sortedKeys(keys), nil
 }

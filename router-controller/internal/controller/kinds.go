@@ -66,10 +66,11 @@ type sourceObject struct {
 
 // Field indexes on the caches.
 const (
-	// sourceIndex indexes workloads by modelIndexValue(model) and
-	// routeIndexValue(RouteName(model)) of the model they claim.
+	// sourceIndex indexes workloads by modelIndexValue(model), routeIndexValue(RouteName(model))
+	// and routeIndexValue(LegacyRouteName(model)) of the model they claim.
 	sourceIndex = "modelplane.io/routing"
-	// routeBackendIndex indexes managed HTTPRoutes by the namespaces of their backends.
+	// routeBackendIndex indexes HTTPRoutes, ours or not, by the namespaces of their Service
+	// backends.
 	routeBackendIndex = "modelplane.io/backend-namespace"
 )
 
@@ -84,15 +85,19 @@ func sourceIndexValues(kind string) client.IndexerFunc {
 		if m == "" {
 			return nil
 		}
-		return []string{modelIndexValue(m), routeIndexValue(routes.RouteName(m))}
+		values := []string{modelIndexValue(m), routeIndexValue(routes.RouteName(m))}
+		if legacy := routes.LegacyRouteName(m); legacy != routes.RouteName(m) {
+			values = append(values, routeIndexValue(legacy))
+		}
+		return values
 	}
 }
 
 // routeBackendNamespaces is the indexer of routeBackendIndex: the sorted distinct namespaces
-// of the Service backends of a managed route (none for routes we do not own).
+// of the Service backends of a route.
 func routeBackendNamespaces(obj client.Object) []string {
 	route, ok := obj.(*gatewayv1.HTTPRoute)
-	if !ok || !routes.IsManaged(route) {
+	if !ok {
 		return nil
 	}
 	var out []string

@@ -62,7 +62,9 @@ func TestSourceIndexValues(t *testing.T) {
 		t.Errorf("index of a non-model workload = %q, want none", got)
 	}
 	got := index(meta("d", map[string]string{nameKey: "Qwen/Qwen2.5-7B"}, nil))
-	want := []string{"model:Qwen/Qwen2.5-7B", "route:" + routes.RouteName("Qwen/Qwen2.5-7B")}
+	// The route name AIBrix's gateway looks up, and the name of earlier releases (whose
+	// routes are replaced, and must map to their model until they are).
+	want := []string{"model:Qwen/Qwen2.5-7B", "route:qwen-qwen2-5-7b-401a4b448e74-router", "route:qwen-qwen2-5-7b-router-401a4b44"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("index values (-want +got):\n%s", diff)
 	}
@@ -106,10 +108,12 @@ func TestRouteBackends(t *testing.T) {
 	if got := routedServices(route, "c"); len(got) != 0 {
 		t.Errorf("services in c = %q, want none (not a Service backend)", got)
 	}
+	// Routes we do not manage are indexed too: whether AIBrix's grant of a namespace can go
+	// depends on them.
 	foreign := route.DeepCopy()
 	foreign.Labels = nil
-	if got := routeBackendNamespaces(foreign); got != nil {
-		t.Errorf("foreign route indexed under %q, want nothing", got)
+	if diff := cmp.Diff([]string{"a", "b", "gw"}, routeBackendNamespaces(foreign)); diff != "" {
+		t.Errorf("foreign route backend namespaces (-want +got):\n%s", diff)
 	}
 }
 

@@ -73,10 +73,11 @@ func (r *RouteReconciler) routeToModels(ctx context.Context, route *gatewayv1.HT
 	return sortedKeys(keys)
 }
 
-// routeToGrants maps a managed HTTPRoute in the gateway namespace to the namespaces whose
-// grants follow its backends.
+// routeToGrants maps an HTTPRoute in the gateway namespace to the namespaces whose grants
+// follow its backends: ours follow our routes, and whether AIBrix's grant there can go
+// depends on every route.
 func (r *RouteReconciler) routeToGrants(_ context.Context, route *gatewayv1.HTTPRoute) []Key {
-	if route.Namespace != r.cfg.Routes.GatewayNamespace || !routes.IsManaged(route) {
+	if route.Namespace != r.cfg.Routes.GatewayNamespace {
 		return nil
 	}
 	keys := map[Key]bool{}
@@ -88,10 +89,11 @@ func (r *RouteReconciler) routeToGrants(_ context.Context, route *gatewayv1.HTTP
 	return sortedKeys(keys)
 }
 
-// grantToNamespace maps a ReferenceGrant that is ours, or has the name ours would have, to
-// the grants of its namespace.
+// grantToNamespace maps a ReferenceGrant that is ours, has the name ours would have, or is
+// named as AIBrix names its grants, to the grants of its namespace.
 func (r *RouteReconciler) grantToNamespace(_ context.Context, g *gatewayv1beta1.ReferenceGrant) []Key {
-	if r.ownsGrant(g) || strings.HasPrefix(g.Name, routes.ReferenceGrantName(r.cfg.Routes.GatewayNamespace, 0)) {
+	gw := r.cfg.Routes.GatewayNamespace
+	if r.ownsGrant(g) || strings.HasPrefix(g.Name, routes.ReferenceGrantName(gw, 0)) || g.Name == routes.AIBrixGrantName(gw, g.Namespace) {
 		return []Key{GrantsKey(g.Namespace)}
 	}
 	return nil

@@ -38,10 +38,17 @@ func TestRouteMapping(t *testing.T) {
 	if diff := cmp.Diff([]Key{ModelKey("llama"), GrantsKey("team-a")}, r.routeToKeys(t.Context(), route)); diff != "" {
 		t.Errorf("routeToKeys (-want +got):\n%s", diff)
 	}
+	// A route we do not manage concerns the grants of its backends' namespaces too (whether
+	// AIBrix's grant there can go); one outside the gateway namespace concerns none.
 	foreign := route.DeepCopy()
 	foreign.Labels = nil
-	if got := r.routeToGrants(t.Context(), foreign); len(got) != 0 {
-		t.Errorf("routeToGrants of a foreign route = %v, want none", got)
+	if diff := cmp.Diff([]Key{GrantsKey("team-a")}, r.routeToGrants(t.Context(), foreign)); diff != "" {
+		t.Errorf("routeToGrants of a foreign route (-want +got):\n%s", diff)
+	}
+	elsewhere := foreign.DeepCopy()
+	elsewhere.Namespace = "team-b"
+	if got := r.routeToGrants(t.Context(), elsewhere); len(got) != 0 {
+		t.Errorf("routeToGrants of a route outside the gateway namespace = %v, want none", got)
 	}
 }
 

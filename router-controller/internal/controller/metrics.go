@@ -37,6 +37,11 @@ var (
 		"Model names with live sources, by route state: managed (route owned and current, accepted by the Gateway or not judged yet), not-accepted (route owned, but the Gateway reports Accepted or ResolvedRefs not True) or conflict (route name taken by an HTTPRoute not managed by modelplane). The states are exclusive.",
 		"state")
 
+	// AIBrixGrantsKept is the number of namespaces whose AIBrix reserved ReferenceGrant is
+	// kept because routes modelplane does not manage still need it.
+	AIBrixGrantsKept = sharedmetrics.NewGaugeVec("aibrix_grants_kept",
+		"Namespaces whose ReferenceGrant made by AIBrix's model router (admitting every Service) is kept, because HTTPRoutes of the gateway namespace that modelplane does not manage send to Services modelplane's grants do not admit.")
+
 	// RouteReconcileErrors counts failed reconciles by the object being reconciled.
 	RouteReconcileErrors = sharedmetrics.NewCounterVec("route_reconcile_errors_total",
 		"Reconciles of model routes (object=httproute) or of a namespace's ReferenceGrants (object=referencegrant) that ended in an error.",
@@ -49,7 +54,8 @@ var registerOnce sync.Once
 // more than once.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors)
+		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors, AIBrixGrantsKept)
+		AIBrixGrantsKept.WithLabelValues().Set(0)
 		for _, s := range []RouteState{RouteStateManaged, RouteStateConflict, RouteStateNotAccepted} {
 			Routes.WithLabelValues(string(s)).Set(0)
 		}
@@ -61,4 +67,28 @@ func Register() {
 
 func recordReconcileError(o ReconcileObject) {
 	RouteReconcileErrors.WithLabelValues(string(o)).Inc()
+}
+
+// keptGrants remembers, per namespace, why AIBrix's reserved grant there is kept, behind
+// modelplane_aibrix_grants_kept and so that the reason is reported once, not per reconcile.
+type keptGrants struct {
+	mu          sync.Mutex
+	byNamespace map[string]string
+}
+
+func newKeptGrants() *keptGrants { return &keptGrants{byNamespace: map[string]string{}} }
+
+// set records why the grant of namespace is kept ("": it is not) and reports whether that
+// is a new, non-empty reason.
+func (k *keptGrants) set(namespace, why string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	prev := k.byNamespace[namespace]
+	if why == "" {
+		delete(k.byNamespace, namespace)
+	} else {
+		k.byNamespace[namespace] = why
+	}
+	AIBrixGrantsKept.WithLabelValues().Set(float64(len(k.byNamespace)))
+	return why != "" && why != prev
 }

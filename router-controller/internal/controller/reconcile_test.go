@@ -86,12 +86,13 @@ func fakeReconciler(t *testing.T, objs []client.Object, failVerb string, failErr
 	rec := events.NewFakeRecorder(100)
 	Register()
 	r := &RouteReconciler{
-		cfg:      Config{Routes: routesConfig()},
-		cache:    c,
-		client:   c,
-		recorder: rec,
-		kinds:    []sourceKind{{SourceKind: deploy, indexed: true}},
-		states:   newRouteStates(),
+		cfg:        Config{Routes: routesConfig()},
+		cache:      c,
+		client:     c,
+		recorder:   rec,
+		kinds:      []sourceKind{{SourceKind: deploy, indexed: true}},
+		states:     newRouteStates(),
+		keptGrants: newKeptGrants(),
 	}
 	return r, w, rec
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
@@ -17,6 +18,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/modelplane/modelplane/shared/aibrix"
 )
 
 // reconcileGrants makes the ReferenceGrants of namespace admit exactly the Services that
@@ -96,7 +98,78 @@ func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string)
 			errs = append(errs, fmt.Errorf("deleting ReferenceGrant %s: %w", klog.KObj(cur), err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return r.retireAIBrixGrant(ctx, namespace, existing[routes.AIBrixGrantName(r.cfg.Routes.GatewayNamespace, namespace)], current)
+}
+
+// retireAIBrixGrant deletes AIBrix's reserved grant of namespace (every Service, from the
+// gateway namespace's routes) once the grants of ours, as the API server has them (the
+// cache), admit every Service that a route in the gateway namespace sends to there, ours or
+// not: no route loses its reference. A Service only routes we do not manage send to, and
+// ours do not admit, keeps AIBrix's grant (a Warning event on it, counted in
+// modelplane_aibrix_grants_kept); one of our routes whose grant is being written waits for
+// that write. Not while AIBrix's controllers run: its model router would make it again.
+func (r *RouteReconciler) retireAIBrixGrant(ctx context.Context, namespace string, g *gatewayv1beta1.ReferenceGrant, ours []*gatewayv1beta1.ReferenceGrant) error {
+	if g == nil || !r.cfg.AdoptAIBrix || !routes.IsAIBrixGrant(r.cfg.Routes, g) || g.DeletionTimestamp != nil {
+		r.keptGrants.set(namespace, "")
+		return nil
+	}
+	admitted := map[string]bool{}
+	for _, o := range ours {
+		for _, svc := range routes.AdmittedServices(o) {
+			admitted[svc] = true
+		}
+	}
+	var list gatewayv1.HTTPRouteList
+	if err := r.cache.List(ctx, &list, client.InNamespace(r.cfg.Routes.GatewayNamespace),
+		client.MatchingFields{routeBackendIndex: namespace}); err != nil {
+		return fmt.Errorf("listing HTTPRoutes with backends in %s: %w", namespace, err)
+	}
+	var pending, foreign []string
+	for i := range list.Items {
+		route := &list.Items[i]
+		for _, svc := range routedServices(route, namespace) {
+			switch {
+			case admitted[svc]:
+			case routes.IsManaged(route):
+				pending = append(pending, svc)
+			default:
+				foreign = append(foreign, fmt.Sprintf("%s (HTTPRoute %s)", svc, route.Name))
+			}
+		}
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("grant", klog.KObj(g))
+	if len(foreign) > 0 {
+		slices.Sort(foreign)
+		msg := strings.Join(slices.Compact(foreign), ", ")
+		if r.keptGrants.set(namespace, msg) {
+			log.Info("Keeping AIBrix's ReferenceGrant: routes modelplane does not manage still need it", "services", msg)
+			r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonAIBrixGrantKept, ActionDeleteGrant,
+				"Keeping this ReferenceGrant, made by AIBrix's model router: HTTPRoutes in %s that modelplane does not manage send to Services that modelplane's grants do not admit: %s",
+				r.cfg.Routes.GatewayNamespace, msg)
+		}
+		return nil
+	}
+	r.keptGrants.set(namespace, "")
+	if len(pending) > 0 {
+		log.V(2).Info("Keeping AIBrix's ReferenceGrant until the grants of ours admit the Services our routes use", "services", pending)
+		return nil
+	}
+	if st := r.cfg.AIBrix.Check(ctx); st.Running {
+		log.Info("Not removing AIBrix's ReferenceGrant: AIBrix's controllers are running", "reason", st.Reason)
+		return &waitingForAIBrixError{reason: st.Reason}
+	}
+	log.Info("Deleting AIBrix's ReferenceGrant: the grants of ours admit every Service routed to in its namespace")
+	if err := r.client.Delete(ctx, g, client.Preconditions{UID: &g.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting ReferenceGrant %s: %w", klog.KObj(g), err)
+	}
+	aibrix.RecordTakeOver(aibrix.ObjectReferenceGrant)
+	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonAIBrixGrantRemoved, ActionDeleteGrant,
+		"Deleted this ReferenceGrant, made by AIBrix's model router (every Service of %s): modelplane's grants admit every Service routed to here",
+		namespace)
+	return nil
 }
 
 // servicesRoutedTo returns the sorted distinct Services in namespace that our routes send

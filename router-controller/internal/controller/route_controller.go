@@ -27,6 +27,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/modelplane/modelplane/shared/aibrix"
 )
 
 // Read-only on the workloads that carry model names (the optional kinds' groups included);
@@ -43,6 +44,9 @@ import (
 // Leader election records an event on its Lease: the namespaced install (no cluster-wide
 // events rule) needs it here.
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=modelplane-system
+// AIBrix's controller-manager Lease, read to refuse a take-over while AIBrix runs (package
+// aibrix): get, and only that Lease.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get,resourceNames=aibrix-controller-manager
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -86,6 +90,14 @@ type Config struct {
 	// SkipNameValidation allows several controllers of this name in one process (tests
 	// that restart the manager).
 	SkipNameValidation bool
+	// AdoptAIBrix lets the controller take over what AIBrix's model router made: the route
+	// of a model in AIBrix's shape (routes.IsAIBrixRoute) is adopted, and AIBrix's reserved
+	// ReferenceGrant of a namespace is deleted once ours admit every Service routed to
+	// there. False: those objects are foreign like any other.
+	AdoptAIBrix bool
+	// AIBrix tells whether AIBrix's controllers are running; while they are, the take-over
+	// steps wait. Nil: never running.
+	AIBrix *aibrix.Detector
 }
 
 // RouteReconciler keeps one HTTPRoute per model name and the ReferenceGrants of every
@@ -100,7 +112,9 @@ type RouteReconciler struct {
 	recorder  events.EventRecorder
 	kinds     []sourceKind
 	states    *routeStates
-	gcEvents  chan event.TypedGenericEvent[Key]
+	// keptGrants: the namespaces whose AIBrix grant is kept, and why.
+	keptGrants *keptGrants
+	gcEvents   chan event.TypedGenericEvent[Key]
 
 	activeOnce sync.Once
 	active     []sourceKind
@@ -135,14 +149,15 @@ func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRec
 	}
 	Register()
 	return &RouteReconciler{
-		cfg:       cfg,
-		cache:     c,
-		informers: c,
-		client:    w,
-		recorder:  recorder,
-		kinds:     kinds,
-		states:    newRouteStates(),
-		gcEvents:  make(chan event.TypedGenericEvent[Key]),
+		cfg:        cfg,
+		cache:      c,
+		informers:  c,
+		client:     w,
+		recorder:   recorder,
+		kinds:      kinds,
+		states:     newRouteStates(),
+		keptGrants: newKeptGrants(),
+		gcEvents:   make(chan event.TypedGenericEvent[Key]),
 	}, nil
 }
 
@@ -227,6 +242,11 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Res
 		err = r.reconcileGrants(ctx, key.Name)
 	default:
 		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("unknown key %s", key))
+	}
+	if waiting := (*waitingForAIBrixError)(nil); errors.As(err, &waiting) {
+		// A wait, not a failure: reported (log line and Warning event) and looked at again
+		// when the check may have changed.
+		return reconcile.Result{RequeueAfter: r.cfg.AIBrix.Period()}, nil
 	}
 	if err != nil {
 		recordReconcileError(object)

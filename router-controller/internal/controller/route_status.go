@@ -35,15 +35,32 @@ const (
 	// ReasonRouteAccepted: the Gateway accepts the model's HTTPRoute again after reporting
 	// it not accepted (Normal; not sent for routes that were accepted from the start).
 	ReasonRouteAccepted = "RouteAccepted"
+	// ReasonRouteAdopted: the controller took over the HTTPRoute AIBrix's model router made
+	// for the model (Normal).
+	ReasonRouteAdopted = "RouteAdopted"
+	// ReasonRouteRenamed: the model's HTTPRoute under the name of earlier releases was
+	// deleted, replaced by the route named as AIBrix's gateway looks it up (Normal).
+	ReasonRouteRenamed = "RouteRenamed"
+	// ReasonAIBrixRunning: a take-over step (adopting AIBrix's route, removing AIBrix's
+	// ReferenceGrant) waits because AIBrix's controllers are running (Warning).
+	ReasonAIBrixRunning = "AIBrixRunning"
+	// ReasonAIBrixGrantRemoved: AIBrix's reserved ReferenceGrant of a namespace was deleted,
+	// modelplane's grants admitting every Service routed to there (Normal, on that grant).
+	ReasonAIBrixGrantRemoved = "AIBrixGrantRemoved"
+	// ReasonAIBrixGrantKept: AIBrix's reserved ReferenceGrant stays because HTTPRoutes that
+	// modelplane does not manage send to Services its grants do not admit (Warning, on
+	// that grant).
+	ReasonAIBrixGrantKept = "AIBrixGrantKept"
 )
 
 // Event actions (events.k8s.io/v1 requires one).
 const (
-	ActionCreate     = "CreateRoute"
-	ActionUpdate     = "UpdateRoute"
-	ActionSkip       = "SkipRoute"
-	ActionReadLabels = "ReadRoutingLabels"
-	ActionReadStatus = "ReadRouteStatus"
+	ActionCreate      = "CreateRoute"
+	ActionUpdate      = "UpdateRoute"
+	ActionSkip        = "SkipRoute"
+	ActionReadLabels  = "ReadRoutingLabels"
+	ActionReadStatus  = "ReadRouteStatus"
+	ActionDeleteGrant = "DeleteReferenceGrant"
 )
 
 // eventOnSources records one event on each source; related is the route, when known.
@@ -107,6 +124,8 @@ type modelState struct {
 	// While state is not-accepted: the problem reported and the sources told about it.
 	problem routes.Acceptance
 	warned  map[types.UID]bool
+	// While state is conflict: a take-over waiting for AIBrix's controllers was reported.
+	aibrixReported bool
 }
 
 func newRouteStates() *routeStates {
@@ -129,6 +148,9 @@ func (s *routeStates) setLocked(model string, st RouteState) {
 	}
 	if st != RouteStateNotAccepted {
 		m.problem, m.warned = routes.Acceptance{}, nil
+	}
+	if st != RouteStateConflict {
+		m.aibrixReported = false
 	}
 	if m.state == st {
 		return
@@ -165,6 +187,20 @@ func (s *routeStates) notAccepted(model string, problem routes.Acceptance, uids 
 		}
 	}
 	return out
+}
+
+// waitingForAIBrix records that the adoption of the model's route waits for AIBrix's
+// controllers to stop, and reports whether that is news (to be reported once). The model
+// must be in state conflict.
+func (s *routeStates) waitingForAIBrix(model string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.byModel[model]
+	if m == nil || m.aibrixReported {
+		return false
+	}
+	m.aibrixReported = true
+	return true
 }
 
 // accepted records that the Gateway accepts the model's route and reports whether it did

@@ -19,11 +19,15 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/modelplane/modelplane/shared/aibrix"
 )
 
 // reconcileModel makes the HTTPRoute of model match the live sources claiming it: created
-// when missing, updated when it differs, deleted when no source is left, and left alone
-// (reported) when a route of that name is not ours. At most one write.
+// when missing, updated when it differs, deleted when no source is left, adopted when AIBrix's
+// model router made it, and left alone (reported) when a route of that name is not ours. A
+// route of ours under the name earlier releases gave the model (routes.LegacyRouteName) is
+// deleted once the route under RouteName serves. At most one write, except that a route
+// whose name is taken keeps its legacy route up to date.
 func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) error {
 	objs, err := r.listSources(ctx, modelIndexValue(model))
 	if err != nil {
@@ -35,9 +39,13 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 	if err != nil {
 		return err
 	}
+	legacy, err := r.legacyRoute(ctx, model)
+	if err != nil {
+		return err
+	}
 	if len(sources) == 0 {
 		r.states.clear(model)
-		return r.deleteRoute(ctx, existing)
+		return errors.Join(r.deleteRoute(ctx, model, existing), r.deleteRoute(ctx, model, legacy))
 	}
 
 	desired, err := routes.BuildRoute(r.cfg.Routes, model, sources)
@@ -49,7 +57,17 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 			"Cannot publish a valid HTTPRoute for model %q: %v", model, err)
 		return reconcile.TerminalError(err)
 	}
-	return r.applyRoute(ctx, model, desired, existing, live)
+	m := modelRoutes{model: model, desired: desired, existing: existing, legacy: legacy, live: live}
+	return r.applyRoute(ctx, &m)
+}
+
+// modelRoutes is what reconciling the route of one model works on.
+type modelRoutes struct {
+	model    string
+	desired  *gatewayv1.HTTPRoute // built from the live sources
+	existing *gatewayv1.HTTPRoute // the route named RouteName(model), if any
+	legacy   *gatewayv1.HTTPRoute // our route under LegacyRouteName(model), if any and not existing
+	live     []sourceObject
 }
 
 // routableSources converts the cached workloads of model into routing sources. Workloads
@@ -92,50 +110,204 @@ func (r *RouteReconciler) getRoute(ctx context.Context, name string) (*gatewayv1
 	return route, nil
 }
 
-// applyRoute writes desired when the existing route is missing or differs, unless the
-// existing route is not ours.
-func (r *RouteReconciler) applyRoute(ctx context.Context, model string, desired, existing *gatewayv1.HTTPRoute, live []sourceObject) error {
-	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(desired))
-	switch {
+// legacyRoute returns our route of model under the name earlier releases gave it, when that
+// name differs from RouteName(model); nil otherwise.
+func (r *RouteReconciler) legacyRoute(ctx context.Context, model string) (*gatewayv1.HTTPRoute, error) {
+	name := routes.LegacyRouteName(model)
+	if name == routes.RouteName(model) {
+		return nil, nil
+	}
+	route, err := r.getRoute(ctx, name)
+	if err != nil || route == nil || !ownedFor(route, model) {
+		return nil, err
+	}
+	return route, nil
+}
+
+// ownedFor reports whether route is ours and serves model (or lost its model annotation to a
+// hand edit, which the next write restores).
+func ownedFor(route *gatewayv1.HTTPRoute, model string) bool {
+	m := routes.ModelOf(route)
+	return routes.IsManaged(route) && (m == "" || m == model)
+}
+
+// applyRoute brings the route named RouteName(model) to the desired state: created when
+// missing, updated when ours and different, adopted when AIBrix's model router made it, and
+// reported as a conflict otherwise.
+func (r *RouteReconciler) applyRoute(ctx context.Context, m *modelRoutes) error {
+	switch existing := m.existing; {
 	case existing == nil:
-		log.V(2).Info("Creating route", "sources", desired.Annotations[routes.SourcesAnnotation])
-		if err := r.client.Create(ctx, desired.DeepCopy()); err != nil {
-			if isNamespaceNotFound(err, desired.Namespace) {
-				r.states.clear(model)
-				log.Info("Cannot create route: the gateway namespace does not exist; create it or set --gateway-namespace",
-					"gatewayNamespace", desired.Namespace, "retryAfter", r.cfg.GatewayNamespaceRetry)
-				r.eventOnSources(live, nil, corev1.EventTypeWarning, ReasonGatewayNamespaceMissing, ActionCreate,
-					"Cannot create HTTPRoute %s/%s for model %q: namespace %q does not exist (the router's --gateway-namespace); retrying every %s",
-					desired.Namespace, desired.Name, model, desired.Namespace, r.cfg.GatewayNamespaceRetry)
-				return &gatewayNamespaceMissingError{namespace: desired.Namespace, err: err}
-			}
-			return fmt.Errorf("creating HTTPRoute %s: %w", klog.KObj(desired), err)
+		return r.createRoute(ctx, m)
+	case routes.IsManaged(existing) && !ownedFor(existing, m.model):
+		// Two models whose route names collide (see routes.RouteName): the route stays with
+		// the model that has it while that model is claimed by a workload.
+		other := routes.ModelOf(existing)
+		claimed, err := r.modelClaimed(ctx, other)
+		if err != nil {
+			return err
 		}
-		r.states.owned(model)
-		r.eventOnSources(live, desired, corev1.EventTypeNormal, ReasonRouteCreated, ActionCreate,
-			"Created HTTPRoute %s/%s for model %q", desired.Namespace, desired.Name, model)
-
-	case !routes.IsManaged(existing):
-		r.states.set(model, RouteStateConflict)
-		log.Info("Leaving route untouched: it is not managed by modelplane", "managedBy", existing.Labels[routes.ManagedByLabel])
-		r.eventOnSources(live, existing, corev1.EventTypeWarning, ReasonRouteConflict, ActionSkip,
-			"HTTPRoute %s/%s exists but is not managed by modelplane (label %s=%s missing); model %q is not routed by modelplane until it is removed",
-			existing.Namespace, existing.Name, routes.ManagedByLabel, routes.ManagedByValue, model)
-
-	case routeUpToDate(existing, desired):
-		r.observeAcceptance(ctx, model, existing, live)
-
+		if claimed {
+			return r.reportConflict(ctx, m, fmt.Sprintf("it routes model %q, whose route name is the same", other))
+		}
+		return r.updateRoute(ctx, m)
+	case routes.IsManaged(existing):
+		return r.updateRoute(ctx, m)
+	case r.cfg.AdoptAIBrix && routes.IsAIBrixRoute(r.cfg.Routes, m.model, existing):
+		return r.adoptRoute(ctx, m)
 	default:
-		updated := mergeRoute(existing, desired)
-		log.V(2).Info("Updating route", "sources", desired.Annotations[routes.SourcesAnnotation])
-		if err := r.client.Update(ctx, updated); err != nil {
-			return fmt.Errorf("updating HTTPRoute %s: %w", klog.KObj(existing), err)
+		return r.reportConflict(ctx, m, fmt.Sprintf("it is not managed by modelplane (label %s=%s missing)", routes.ManagedByLabel, routes.ManagedByValue))
+	}
+}
+
+// createRoute creates the desired route.
+func (r *RouteReconciler) createRoute(ctx context.Context, m *modelRoutes) error {
+	desired := m.desired
+	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(desired))
+	log.V(2).Info("Creating route", "sources", desired.Annotations[routes.SourcesAnnotation])
+	if err := r.client.Create(ctx, desired.DeepCopy()); err != nil {
+		if isNamespaceNotFound(err, desired.Namespace) {
+			r.states.clear(m.model)
+			log.Info("Cannot create route: the gateway namespace does not exist; create it or set --gateway-namespace",
+				"gatewayNamespace", desired.Namespace, "retryAfter", r.cfg.GatewayNamespaceRetry)
+			r.eventOnSources(m.live, nil, corev1.EventTypeWarning, ReasonGatewayNamespaceMissing, ActionCreate,
+				"Cannot create HTTPRoute %s/%s for model %q: namespace %q does not exist (the router's --gateway-namespace); retrying every %s",
+				desired.Namespace, desired.Name, m.model, desired.Namespace, r.cfg.GatewayNamespaceRetry)
+			return &gatewayNamespaceMissingError{namespace: desired.Namespace, err: err}
 		}
-		r.states.owned(model)
-		r.eventOnSources(live, updated, corev1.EventTypeNormal, ReasonRouteUpdated, ActionUpdate,
-			"Updated HTTPRoute %s/%s for model %q", existing.Namespace, existing.Name, model)
+		return fmt.Errorf("creating HTTPRoute %s: %w", klog.KObj(desired), err)
+	}
+	r.states.owned(m.model)
+	r.eventOnSources(m.live, desired, corev1.EventTypeNormal, ReasonRouteCreated, ActionCreate,
+		"Created HTTPRoute %s/%s for model %q", desired.Namespace, desired.Name, m.model)
+	return nil
+}
+
+// updateRoute writes the desired spec and our labels and annotations on the existing route
+// of ours when they differ; once it is up to date, its acceptance is read and a legacy route
+// is retired.
+func (r *RouteReconciler) updateRoute(ctx context.Context, m *modelRoutes) error {
+	existing := m.existing
+	if routeUpToDate(existing, m.desired) {
+		r.observeAcceptance(ctx, m.model, existing, m.live)
+		return r.retireLegacyRoute(ctx, m)
+	}
+	updated := mergeRoute(existing, m.desired)
+	ctrl.LoggerFrom(ctx).V(2).Info("Updating route", "route", klog.KObj(existing), "sources", m.desired.Annotations[routes.SourcesAnnotation])
+	if err := r.client.Update(ctx, updated); err != nil {
+		return fmt.Errorf("updating HTTPRoute %s: %w", klog.KObj(existing), err)
+	}
+	r.states.owned(m.model)
+	r.eventOnSources(m.live, updated, corev1.EventTypeNormal, ReasonRouteUpdated, ActionUpdate,
+		"Updated HTTPRoute %s/%s for model %q", existing.Namespace, existing.Name, m.model)
+	return nil
+}
+
+// adoptRoute takes over the route AIBrix's model router made for the model: our labels,
+// annotations and spec are written on it, and from then on it is ours. Not while AIBrix's
+// controllers run: they would race the take-over.
+func (r *RouteReconciler) adoptRoute(ctx context.Context, m *modelRoutes) error {
+	existing := m.existing
+	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(existing))
+	if st := r.cfg.AIBrix.Check(ctx); st.Running {
+		r.states.set(m.model, RouteStateConflict)
+		if r.states.waitingForAIBrix(m.model) {
+			log.Info("Not adopting the route AIBrix's model router made: AIBrix's controllers are running", "reason", st.Reason)
+			r.eventOnSources(m.live, existing, corev1.EventTypeWarning, ReasonAIBrixRunning, ActionSkip,
+				"Not adopting HTTPRoute %s/%s (made by AIBrix's model router) for model %q while AIBrix's controllers run: %s; stop AIBrix's model-route-controller (docs/switching-from-aibrix.md)",
+				existing.Namespace, existing.Name, m.model, st.Reason)
+		}
+		if err := r.applyLegacy(ctx, m); err != nil {
+			return err
+		}
+		return &waitingForAIBrixError{reason: st.Reason}
+	}
+	updated := mergeRoute(existing, m.desired)
+	log.Info("Adopting the route AIBrix's model router made", "sources", m.desired.Annotations[routes.SourcesAnnotation])
+	if err := r.client.Update(ctx, updated); err != nil {
+		return fmt.Errorf("adopting HTTPRoute %s: %w", klog.KObj(existing), err)
+	}
+	aibrix.RecordTakeOver(aibrix.ObjectHTTPRoute)
+	r.states.owned(m.model)
+	r.eventOnSources(m.live, updated, corev1.EventTypeNormal, ReasonRouteAdopted, ActionUpdate,
+		"Adopted HTTPRoute %s/%s, made by AIBrix's model router, for model %q", existing.Namespace, existing.Name, m.model)
+	return nil
+}
+
+// reportConflict leaves a route of the model's name that is not ours untouched and reports
+// it; a legacy route of ours keeps serving the model meanwhile.
+func (r *RouteReconciler) reportConflict(ctx context.Context, m *modelRoutes, why string) error {
+	existing := m.existing
+	r.states.set(m.model, RouteStateConflict)
+	ctrl.LoggerFrom(ctx).Info("Leaving route untouched: "+why, "route", klog.KObj(existing), "managedBy", existing.Labels[routes.ManagedByLabel])
+	r.eventOnSources(m.live, existing, corev1.EventTypeWarning, ReasonRouteConflict, ActionSkip,
+		"HTTPRoute %s/%s exists but %s; model %q is not routed by modelplane until it is removed",
+		existing.Namespace, existing.Name, why, m.model)
+	return r.applyLegacy(ctx, m)
+}
+
+// applyLegacy keeps the legacy route of the model up to date while the route under its
+// current name cannot be ours, so that the model stays served as before.
+func (r *RouteReconciler) applyLegacy(ctx context.Context, m *modelRoutes) error {
+	if m.legacy == nil {
+		return nil
+	}
+	desired := m.desired.DeepCopy()
+	desired.Name = m.legacy.Name
+	if routeUpToDate(m.legacy, desired) {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Updating the route under its legacy name: its current name is taken", "route", klog.KObj(m.legacy))
+	if err := r.client.Update(ctx, mergeRoute(m.legacy, desired)); err != nil {
+		return fmt.Errorf("updating HTTPRoute %s: %w", klog.KObj(m.legacy), err)
 	}
 	return nil
+}
+
+// retireLegacyRoute deletes the model's route under its legacy name once the route under
+// RouteName(model), ours and up to date, serves at least as well: the Gateway accepts it, or
+// it judges neither (no status), or the legacy route is not accepted either. While the
+// Gateway has not judged the new route but accepts the legacy one, the legacy route stays,
+// so requests never find neither.
+func (r *RouteReconciler) retireLegacyRoute(ctx context.Context, m *modelRoutes) error {
+	if m.legacy == nil {
+		return nil
+	}
+	current := routes.RouteAcceptance(r.cfg.Routes, m.existing).Verdict
+	previous := routes.RouteAcceptance(r.cfg.Routes, m.legacy).Verdict
+	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(m.existing), "legacyRoute", klog.KObj(m.legacy))
+	if current != routes.Accepted && (current == routes.Pending || previous == routes.Accepted) {
+		log.V(2).Info("Keeping the route under its legacy name until the Gateway accepts its replacement", "verdict", current, "legacyVerdict", previous)
+		return nil
+	}
+	log.Info("Deleting the route under its legacy name: replaced by the route named as AIBrix's gateway looks it up", "verdict", current)
+	if err := r.client.Delete(ctx, m.legacy, client.Preconditions{UID: &m.legacy.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting HTTPRoute %s: %w", klog.KObj(m.legacy), err)
+	}
+	r.eventOnSources(m.live, m.existing, corev1.EventTypeNormal, ReasonRouteRenamed, ActionUpdate,
+		"HTTPRoute %s/%s of model %q replaced %s/%s, its name in earlier modelplane releases",
+		m.existing.Namespace, m.existing.Name, m.model, m.legacy.Namespace, m.legacy.Name)
+	return nil
+}
+
+// modelClaimed reports whether a live workload claims model.
+func (r *RouteReconciler) modelClaimed(ctx context.Context, model string) (bool, error) {
+	objs, err := r.listSources(ctx, modelIndexValue(model))
+	if err != nil {
+		return false, err
+	}
+	for _, o := range objs {
+		if o.obj.DeletionTimestamp == nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// waitingForAIBrixError: a take-over step waits while AIBrix's controllers run.
+type waitingForAIBrixError struct{ reason string }
+
+func (e *waitingForAIBrixError) Error() string {
+	return "waiting for AIBrix's controllers to stop: " + e.reason
 }
 
 // gatewayNamespaceMissingError: a route could not be created because the gateway namespace
@@ -162,10 +334,10 @@ func isNamespaceNotFound(err error, namespace string) bool {
 	return d != nil && d.Group == "" && d.Kind == "namespaces" && d.Name == namespace
 }
 
-// deleteRoute deletes a route of ours whose model has no live source. Routes we do not own
-// are never deleted.
-func (r *RouteReconciler) deleteRoute(ctx context.Context, existing *gatewayv1.HTTPRoute) error {
-	if existing == nil || !routes.IsManaged(existing) || existing.DeletionTimestamp != nil {
+// deleteRoute deletes a route of ours serving model, which has no live source. Routes we do
+// not own, or that serve another model, are never deleted here.
+func (r *RouteReconciler) deleteRoute(ctx context.Context, model string, existing *gatewayv1.HTTPRoute) error {
+	if existing == nil || !ownedFor(existing, model) || existing.DeletionTimestamp != nil {
 		return nil
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Deleting route: no live source claims its model", "route", klog.KObj(existing))

@@ -69,7 +69,7 @@ func TestBuildRoute(t *testing.T) {
 	want := &gatewayv1.HTTPRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: "gateway.networking.k8s.io/v1", Kind: "HTTPRoute"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      "llama-3-router-ba843356",
+			Name:      "llama-3-ba8433563e17-router",
 			Namespace: "aibrix-system",
 			Labels: map[string]string{
 				"app.kubernetes.io/managed-by": "modelplane-router-controller",

@@ -78,6 +78,10 @@ func testRBACMinimal(ctx context.Context, t *testing.T, env *testenv.Env) {
 		{Verb: "update", Group: "model.aibrix.ai", Resource: "modeladapters", Subresource: "status", Namespace: "default"},
 		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
+		// AIBrix's Leases are read by name only.
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "other"},
+		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
 		{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: systemNamespace},
 	}
 	allowed := []testenv.Access{
@@ -86,6 +90,7 @@ func testRBACMinimal(ctx context.Context, t *testing.T, env *testenv.Env) {
 		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: "default"},
 		{Verb: "patch", Group: "gateway.networking.k8s.io", Resource: "referencegrants", Namespace: "default"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: systemNamespace},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
 		{Verb: "create", Resource: "events", Namespace: systemNamespace},
 	}
 	check := func(a testenv.Access, want bool) {

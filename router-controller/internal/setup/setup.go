@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/modelplane/modelplane/router-controller/internal/controller"
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/modelplane/modelplane/shared/aibrix"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
@@ -53,12 +55,17 @@ type Options struct {
 	// GrantBatchWindow delays the ReferenceGrant reconcile of a namespace after a route
 	// change, so that a burst of routes costs one grant write.
 	GrantBatchWindow time.Duration
+	// AdoptAIBrix takes over the routes and ReferenceGrants AIBrix's model router made.
+	AdoptAIBrix bool
 
 	// SkipControllerNameValidation lets tests run several managers in one process.
 	SkipControllerNameValidation bool
 	// GatewayNamespaceRetry overrides how often routes are retried while the gateway
 	// namespace is missing (tests shorten it; zero: controller.DefaultGatewayNamespaceRetry).
 	GatewayNamespaceRetry time.Duration
+	// AIBrixCheckPeriod overrides how long a reading of AIBrix's Leases is reused (tests
+	// shorten it; zero: aibrix.DefaultCheckPeriod).
+	AIBrixCheckPeriod time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -71,6 +78,7 @@ func NewOptions() *Options {
 		RouteTimeout:            routes.DefaultTimeout,
 		MaxConcurrentReconciles: 8,
 		GrantBatchWindow:        controller.DefaultGrantBatchWindow,
+		AdoptAIBrix:             true,
 	}
 }
 
@@ -94,6 +102,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "How many models or namespaces are reconciled in parallel.")
 	fs.DurationVar(&o.GrantBatchWindow, "grant-batch-window", o.GrantBatchWindow,
 		"How long the ReferenceGrants of a namespace wait after a route change, so that the routes written meanwhile cost one grant write (0: no wait).")
+	fs.BoolVar(&o.AdoptAIBrix, "adopt-aibrix-objects", o.AdoptAIBrix,
+		"Take over what AIBrix's model router made: adopt the HTTPRoute of a model in AIBrix's shape (named as AIBrix names it, attached to --gateway-name, "+
+			"every match requiring the model header), and delete AIBrix's reserved ReferenceGrant of a namespace once modelplane's grants admit every Service routed to there. "+
+			"False: such objects are foreign like any other (a RouteConflict).")
 }
 
 // RoutesConfig is the route builder configuration the options describe.
@@ -253,6 +265,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	if err := a.Gate.Register(ctx, Resources(kinds)...); err != nil {
 		return nil, err
 	}
+	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
 	r, err := controller.NewRouteReconciler(a.Manager.GetCache(), a.Manager.GetClient(),
 		a.Manager.GetEventRecorder(ControllerName), controller.Config{
 			Routes:                  o.RoutesConfig(),
@@ -262,6 +275,8 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			GatewayNamespaceRetry:   o.GatewayNamespaceRetry,
 			GateOpened:              a.Gate.Opened(),
 			SkipNameValidation:      o.SkipControllerNameValidation,
+			AdoptAIBrix:             o.AdoptAIBrix,
+			AIBrix:                  aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod),
 		})
 	if err != nil {
 		return nil, err

@@ -66,7 +66,9 @@ then extraArgs.
 The generated rules (files/<name>-role.yaml, copied from deploy/<name>/rbac by
 `make manifests`) of one kind: (dict "root" $ "name" ... "kind" "ClusterRole"|"Role"
 "scope" "all"|"cluster"|"namespaced"). "cluster" keeps the rules on cluster-scoped resources
-(TokenReviews, SubjectAccessReviews), "namespaced" the others.
+(TokenReviews, SubjectAccessReviews) and the read of AIBrix's Leases (leases by name: those
+live in AIBrix's namespace, which a namespaced install does not watch), "namespaced" the
+others.
 */}}
 {{- define "modelplane.rules" -}}
 {{- $rules := list -}}
@@ -74,7 +76,7 @@ The generated rules (files/<name>-role.yaml, copied from deploy/<name>/rbac by
 {{- $o := fromYaml $doc }}
 {{- if eq (toString (get $o "kind")) $.kind }}
 {{- range $r := $o.rules }}
-{{- $cluster := or (has "authentication.k8s.io" $r.apiGroups) (has "authorization.k8s.io" $r.apiGroups) }}
+{{- $cluster := or (has "authentication.k8s.io" $r.apiGroups) (has "authorization.k8s.io" $r.apiGroups) (and (has "coordination.k8s.io" $r.apiGroups) $r.resourceNames) }}
 {{- if or (eq $.scope "all") (and $cluster (eq $.scope "cluster")) (and (not $cluster) (eq $.scope "namespaced")) }}
 {{- $rules = append $rules $r }}
 {{- end }}

@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	"github.com/modelplane/modelplane/shared/aibrix"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 )
 
@@ -37,6 +39,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// AIBrix's controller Leases, read to refuse acting on adapters while AIBrix's
+// model-adapter-controller runs (package aibrix): get, and only those Leases.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get,resourceNames=aibrix-controller-manager;aibrix-model-adapter-controller
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
@@ -80,6 +85,9 @@ type Options struct {
 	// SkipNameValidation allows a second controller of the same name in one process (tests
 	// that restart the controller).
 	SkipNameValidation bool
+	// AIBrix tells whether AIBrix's model-adapter-controller is running; while it is, no
+	// adapter is acted on (both would load and unload the same adapters). Nil: never.
+	AIBrix *aibrix.Detector
 }
 
 // DefaultOptions returns production defaults.
@@ -124,6 +132,11 @@ type Reconciler struct {
 	backoff   *backoffs
 	slots     *semaphore.Weighted // engine calls in flight, all adapters together
 	deletions *backoffs
+	// aibrixWaits: the adapters told (Warning event) that they wait for AIBrix's
+	// controllers to stop, while they run.
+	aibrixWaits *reportedOnce
+	// prunedOnce: an outdated ModelAdapter CRD was reported.
+	prunedOnce sync.Once
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -136,9 +149,10 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 	}
 	r := &Reconciler{
 		client: c, apiReader: apiReader, engine: eng, recorder: recorder, clock: clk, opts: opts,
-		backoff:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
-		deletions: newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
-		slots:     semaphore.NewWeighted(int64(opts.MaxParallelEngineCalls)),
+		backoff:     newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
+		deletions:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
+		slots:       semaphore.NewWeighted(int64(opts.MaxParallelEngineCalls)),
+		aibrixWaits: newReportedOnce(),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk, inventoryHooks{
 		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
@@ -185,6 +199,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
+	if st := r.opts.AIBrix.Check(ctx); st.Running {
+		r.waitForAIBrix(ctx, a, st)
+		return reconcile.Result{RequeueAfter: r.opts.AIBrix.Period()}, nil
+	}
+	r.aibrixWaits.reset()
 	if !a.DeletionTimestamp.IsZero() {
 		// The adapter is going: nothing is desired of it any more, so its series go at
 		// once rather than when the finalizer is released.

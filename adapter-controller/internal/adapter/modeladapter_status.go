@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
@@ -46,6 +48,10 @@ const (
 	ReasonUpToDate            = "UpToDate"
 	ReasonRolling             = "Rolling"
 	ReasonRolloutFailed       = "RolloutFailed"
+	// ReasonAIBrixRunning: the adapter is not acted on while AIBrix's controllers run.
+	ReasonAIBrixRunning = "AIBrixRunning"
+	// ReasonCRDOutdated: the installed ModelAdapter CRD drops fields of modelplane's status.
+	ReasonCRDOutdated = "CRDOutdated"
 )
 
 func intOrPort(p int32) intstr.IntOrString { return intstr.FromInt32(p) }
@@ -228,5 +234,21 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 		}
 		return fmt.Errorf("writing status: %w", err)
 	}
+	if len(st.InstanceArtifacts) > 0 && len(p.adapter.Status.InstanceArtifacts) == 0 {
+		r.reportPrunedStatus(ctx, p.adapter)
+	}
 	return nil
+}
+
+// reportPrunedStatus says, once per process, that the API server dropped
+// status.instanceArtifacts from a status write: the installed ModelAdapter CRD is not
+// modelplane's (AIBrix's has no such field), so artifact rollouts cannot be tracked and the
+// status is rewritten on every pass until the CRD is replaced.
+func (r *Reconciler) reportPrunedStatus(ctx context.Context, a *v1alpha1.ModelAdapter) {
+	r.prunedOnce.Do(func() {
+		klog.FromContext(ctx).Error(nil, "The installed ModelAdapter CRD drops status.instanceArtifacts: it is not modelplane's (AIBrix's CRD?); "+
+			"apply deploy/crds/model.aibrix.ai_modeladapters.yaml (docs/switching-from-aibrix.md)")
+		r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonCRDOutdated, "WriteStatus",
+			"The API server dropped status.instanceArtifacts: the installed ModelAdapter CRD is not modelplane's; apply modelplane's CRD (docs/switching-from-aibrix.md)")
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	"github.com/modelplane/modelplane/shared/aibrix"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 )
 
@@ -708,9 +709,10 @@ func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 // included, so that loads a crashed process sent are undone too — retrying with backoff, and
 // releases the finalizer when done or when the retries are exhausted, so an unreachable or
 // deleted pod never blocks deletion forever. Abandoned unloads are handed to the inventory
-// sweep, which unloads them when the pod answers again.
+// sweep, which unloads them when the pod answers again. AIBrix's finalizer, on adapters
+// created under AIBrix, is handled like ours and released with it.
 func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (reconcile.Result, error) {
-	if !controllerutil.ContainsFinalizer(a, Finalizer) {
+	if !controllerutil.ContainsFinalizer(a, Finalizer) && !controllerutil.ContainsFinalizer(a, v1alpha1.AIBrixFinalizer) {
 		return reconcile.Result{}, nil
 	}
 	apiKey, _, err := r.credentials(ctx, a)
@@ -760,10 +762,17 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 			}
 		}
 	}
-	patch := client.MergeFrom(a.DeepCopy())
+	// Guarded by the resourceVersion read: the patch carries the whole finalizer list, and a
+	// finalizer another controller added meanwhile must not be dropped.
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(a, Finalizer)
+	aibrixHeld := controllerutil.RemoveFinalizer(a, v1alpha1.AIBrixFinalizer)
 	if err := r.client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, fmt.Errorf("removing finalizer: %w", err)
+	}
+	if aibrixHeld {
+		aibrix.RecordTakeOver(aibrix.ObjectFinalizer)
+		klog.FromContext(ctx).V(2).Info("Released AIBrix's finalizer with ours", "finalizer", v1alpha1.AIBrixFinalizer)
 	}
 	r.backoff.forgetAdapter(a.Namespace, a.Name)
 	r.deletions.forgetAdapter(a.Namespace, a.Name)

@@ -79,19 +79,31 @@ type owned struct {
 // ensureOwned creates o.want when missing and otherwise brings o.have up to date: our labels
 // set, labels of others kept, o.update applied. An object of that name that the adapter
 // does not control is reported in the status, never modified; ok is then false.
+//
+// The caches of these kinds hold only objects with our labels: one that exists without them
+// (made by AIBrix's model-adapter-controller, which owns it by the adapter as we do) is
+// found when the create answers AlreadyExists, read from the API server and, when the
+// adapter controls it, adopted: our labels are written on it, so the cache holds it from
+// then on.
 func (r *Reconciler) ensureOwned(ctx context.Context, p *pass, o owned) (ok bool, err error) {
 	a := p.adapter
 	if err := controllerutil.SetControllerReference(a, o.want, r.client.Scheme()); err != nil {
 		return false, err
 	}
-	err = r.client.Get(ctx, client.ObjectKeyFromObject(o.want), o.have)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := r.client.Create(ctx, o.want); err != nil && !apierrors.IsAlreadyExists(err) {
+	key := client.ObjectKeyFromObject(o.want)
+	err = r.client.Get(ctx, key, o.have)
+	if apierrors.IsNotFound(err) {
+		err = r.client.Create(ctx, o.want)
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			p.resourceReason, p.resourceMsg = o.createFailed, err.Error()
 			return false, fmt.Errorf("creating %s: %w", o.kind, err)
 		}
-		return true, nil
+		err = r.apiReader.Get(ctx, key, o.have)
+	}
+	switch {
 	case err != nil:
 		return false, fmt.Errorf("reading %s: %w", o.kind, err)
 	case !metav1.IsControlledBy(o.have, a):

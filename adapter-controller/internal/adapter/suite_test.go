@@ -74,6 +74,9 @@ func testOptions() *setup.Options {
 	o.Adapter.DeletionRetryLimit = 2
 	o.EngineTimeout = 2 * time.Second
 	o.GracefulShutdownTimeout = 5 * time.Second
+	// AIBrix's Lease is one the tests create when they play AIBrix's controller-manager.
+	o.AIBrixControllerLeases = []string{aibrixLeaseKey.String()}
+	o.AIBrixCheckPeriod = 200 * time.Millisecond
 	return o
 }
 

@@ -65,6 +65,10 @@ func TestRBACMinimal(t *testing.T) {
 		{Verb: "patch", Group: gw, Resource: "referencegrants", Namespace: "default"},
 		{Verb: "create", Group: "model.aibrix.ai", Resource: "modeladapters", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
+		// AIBrix's Leases are read by name only.
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "other"},
+		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
 		{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: systemNamespace},
 	}
 	allowed := []testenv.Access{
@@ -76,6 +80,8 @@ func TestRBACMinimal(t *testing.T) {
 		{Verb: "update", Group: "model.aibrix.ai", Resource: "modeladapters", Subresource: "status", Namespace: "default"},
 		{Verb: "update", Group: "model.aibrix.ai", Resource: "modeladapters", Subresource: "finalizers", Namespace: "default"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: systemNamespace},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-model-adapter-controller"},
 		{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: "default"},
 	}
 	check := func(a testenv.Access, want bool) {

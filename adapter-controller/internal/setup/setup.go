@@ -26,6 +26,7 @@ import (
 	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
 	"github.com/modelplane/modelplane/adapter-controller/internal/cleanup"
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	"github.com/modelplane/modelplane/shared/aibrix"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
@@ -45,12 +46,18 @@ type Options struct {
 	DeleteAllAdapters bool
 	// CleanupTimeout bounds that wait.
 	CleanupTimeout time.Duration
+	// AIBrixCheckPeriod overrides how long a reading of AIBrix's Leases is reused (tests
+	// shorten it; zero: aibrix.DefaultCheckPeriod).
+	AIBrixCheckPeriod time.Duration
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Options: app.NewOptions(ControllerName), Adapter: adapter.DefaultOptions(), EngineTimeout: 10 * time.Second,
+	o := &Options{Options: app.NewOptions(ControllerName), Adapter: adapter.DefaultOptions(), EngineTimeout: 10 * time.Second,
 		CleanupTimeout: 4 * time.Minute}
+	// AIBrix's model-adapter-controller runs in its controller-manager, or on its own.
+	o.AIBrixControllerLeases = []string{aibrix.ControllerManagerLease, aibrix.StandaloneAdapterLease}
+	return o
 }
 
 // AddFlags registers every flag of the binary.
@@ -146,8 +153,11 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	if err != nil {
 		return nil, err
 	}
+	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
+	opts := o.Adapter
+	opts.AIBrix = aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
 	r, err := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
-		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, o.Adapter)
+		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, opts)
 	if err != nil {
 		return nil, err
 	}

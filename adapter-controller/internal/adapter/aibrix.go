@@ -1,0 +1,51 @@
+package adapter
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelplane/modelplane/shared/aibrix"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// waitForAIBrix reports, once per adapter while AIBrix's controllers run, that the adapter
+// is not acted on: AIBrix's model-adapter-controller would race every load and unload.
+func (r *Reconciler) waitForAIBrix(ctx context.Context, a *v1alpha1.ModelAdapter, st aibrix.Status) {
+	if !r.aibrixWaits.first(client.ObjectKeyFromObject(a)) {
+		return
+	}
+	klog.FromContext(ctx).Info("Not acting on the adapter: AIBrix's controllers are running", "reason", st.Reason)
+	r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonAIBrixRunning, "Wait",
+		"Not acting on this adapter while AIBrix's controllers run: %s; stop AIBrix's model-adapter-controller (docs/switching-from-aibrix.md)", st.Reason)
+}
+
+// reportedOnce remembers which adapters were told something, so that it is told once.
+type reportedOnce struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]bool
+}
+
+func newReportedOnce() *reportedOnce { return &reportedOnce{seen: map[types.NamespacedName]bool{}} }
+
+// first reports whether key was not told yet, and marks it told.
+func (o *reportedOnce) first(key types.NamespacedName) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[key] {
+		return false
+	}
+	o.seen[key] = true
+	return true
+}
+
+// reset forgets every key, so that the next episode is told again.
+func (o *reportedOnce) reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.seen)
+}

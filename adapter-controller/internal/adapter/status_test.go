@@ -1,0 +1,73 @@
+package adapter
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// TestPrunedStatusReported: when the API server drops status.instanceArtifacts (AIBrix's
+// ModelAdapter CRD, kept by a switch-over that did not replace it, has no such field), the
+// controller says so once: one Warning event CRDOutdated, however many passes write.
+func TestPrunedStatusReported(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p0", UID: "p0", Labels: map[string]string{v1alpha1.ModelNameLabel: "m"}},
+		Status:     corev1.PodStatus{PodIP: "127.0.42.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	a := &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lora"},
+		Spec: v1alpha1.ModelAdapterSpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.ModelNameLabel: "m"}},
+			ArtifactURL: "huggingface://org/lora"},
+	}
+	// The status subresource of a CRD without instanceArtifacts: the field is pruned.
+	prune := func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+			return err
+		}
+		stored := obj.(*v1alpha1.ModelAdapter)
+		stored.Status.InstanceArtifacts = nil
+		return c.SubResource(sub).Update(ctx, stored)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod, a).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: prune}).Build()
+	rec := events.NewFakeRecorder(100)
+	r, err := NewReconciler(c, c, newFakeEngine(), rec, clock.RealClock{}, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "lora"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var outdated []string
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, ReasonCRDOutdated) {
+			outdated = append(outdated, e)
+		}
+	}
+	if len(outdated) != 1 || !strings.HasPrefix(outdated[0], "Warning CRDOutdated") {
+		t.Fatalf("CRDOutdated events %q, want one Warning", outdated)
+	}
+}

@@ -279,7 +279,9 @@ suite() { # NAME RUN: the suite (go test -run RUN), logs in $art/NAME
     E2E_ADAPTER_STANDBY_METRICS=https://127.0.0.1:28445/metrics E2E_ROUTER_STANDBY_METRICS=https://127.0.0.1:28446/metrics \
     E2E_STOP_ROUTER="$k scale deploy/router-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=router-controller --timeout=60s" \
     E2E_START_ROUTER="$k scale deploy/router-controller --replicas=2 && $k rollout status deploy/router-controller --timeout=120s && $stack start router-controller" \
-    E2E_KILL_ADAPTER="$stack kill adapter-controller" E2E_START_ADAPTER="$stack start adapter-controller" \
+    E2E_STOP_ADAPTER="$k scale deploy/adapter-controller --replicas=0 && $k wait --for=delete pod -l app.kubernetes.io/name=adapter-controller --timeout=60s" \
+    E2E_KILL_ADAPTER="$stack kill adapter-controller" \
+    E2E_START_ADAPTER="$k scale deploy/adapter-controller --replicas=2 && $k rollout status deploy/adapter-controller --timeout=120s && $stack start adapter-controller" \
     E2E_KILL_ROUTER="$stack kill router-controller" \
     E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $suite_dir" E2E_ENSURE_ROUTER="$stack ensure router-controller $suite_dir" \
     E2E_ADAPTER_READYZ="$stack ready adapter-controller" E2E_ROUTER_READYZ="$stack ready router-controller" \

@@ -46,6 +46,7 @@ export E2E_ADAPTER_METRICS=http://127.0.0.1:18080/metrics E2E_ROUTER_METRICS=htt
 export E2E_STOP_ROUTER="$stack stop router-controller $art" E2E_START_ROUTER="$stack start router-controller $art"
 export E2E_KILL_ROUTER="$stack kill router-controller $art" E2E_ENSURE_ROUTER="$stack ensure router-controller $art"
 export E2E_KILL_ADAPTER="$stack kill adapter-controller $art" E2E_START_ADAPTER="$stack start adapter-controller $art"
+export E2E_STOP_ADAPTER="$stack stop adapter-controller $art"
 export E2E_ENSURE_ADAPTER="$stack ensure adapter-controller $art"
 export E2E_RESTART_APISERVER="$root/hack/cluster.sh restart-apiserver"
 export E2E_RESTART_APISERVER_COMPACT="$root/hack/cluster.sh restart-apiserver --compact"

@@ -115,6 +115,7 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 							fieldEnv("POD_IP", "status.podIP"),
 							fieldEnv("FAKE_ENGINE_API_KEY", "metadata.annotations['fake-engine.modelplane.dev/api-key']"),
+							fieldEnv("FAKE_ENGINE_PRELOAD", "metadata.annotations['"+preloadAnnotation+"']"),
 						},
 					}},
 				},
@@ -122,6 +123,10 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 		},
 	}
 }
+
+// preloadAnnotation on a model pod lists the adapters its fake engine holds from the start
+// (name=path,...), as vLLM's --lora-modules: the engines of a fleet another controller loaded.
+const preloadAnnotation = "fake-engine.modelplane.dev/preload"
 
 func fieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
@@ -234,7 +239,8 @@ type engineInfo struct {
 	Loaded    []string          `json:"loaded"`
 	Adapters  map[string]string `json:"adapters"` // path by adapter name
 	Counts    struct {
-		Loads int `json:"loads"`
+		Loads   int `json:"loads"`
+		Unloads int `json:"unloads"`
 	} `json:"counts"`
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,11 @@ const (
 	// annotationAPIKey on a pod overrides --api-key for that pod's engine (tests of API
 	// key handling next to engines without a key).
 	annotationAPIKey = "fake-engine.modelplane.dev/api-key"
-	defaultPort      = 8000
+	// annotationPreload on a pod lists the adapters its engine holds from the start, as
+	// "name=path,name=path" (vLLM's --lora-modules): the engines of a fleet another
+	// controller loaded before (the switch-over tests).
+	annotationPreload = "fake-engine.modelplane.dev/preload"
+	defaultPort       = 8000
 )
 
 var loopback = netip.MustParsePrefix("127.0.0.0/8")
@@ -43,6 +48,7 @@ type engineSpec struct {
 	BaseModel string
 	Runtime   bool
 	APIKey    string // from annotationAPIKey; empty means the manager's default
+	Preload   string // annotationPreload, checked by parsePreload
 }
 
 func (s engineSpec) key() string { return s.Namespace + "/" + s.Pod }
@@ -81,6 +87,10 @@ func specFor(p *corev1.Pod) (spec engineSpec, ok bool, err error) {
 		BaseModel: p.Labels[labelName],
 		Runtime:   hasRuntime(p),
 		APIKey:    p.Annotations[annotationAPIKey],
+		Preload:   p.Annotations[annotationPreload],
+	}
+	if _, err := parsePreload(spec.Preload); err != nil {
+		return engineSpec{}, false, fmt.Errorf("annotation %s: %w", annotationPreload, err)
 	}
 	if v, set := p.Labels[labelPort]; set {
 		port, err := strconv.Atoi(v)
@@ -162,6 +172,22 @@ func desiredEngines(pods []*corev1.Pod) (desired map[string]engineSpec, refused 
 	return desired, refused
 }
 
+// parsePreload parses "name=path,name=path" (empty: none) into adapters by name.
+func parsePreload(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, item := range strings.Split(s, ",") {
+		name, path, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || path == "" {
+			return nil, fmt.Errorf("%q is not name=path", item)
+		}
+		out[name] = path
+	}
+	return out, nil
+}
+
 func addr(ip string, port int) string {
 	return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port)).String()
 }
@@ -239,6 +265,7 @@ func (m *manager) sync(pods []*corev1.Pod) error {
 		if spec.APIKey != "" {
 			opts.APIKey = spec.APIKey
 		}
+		opts.Preload, _ = parsePreload(spec.Preload) // checked by specFor
 		e, err := fakeengine.Start(spec.IP, spec.Port, opts)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod %s: %w", key, err))

@@ -37,6 +37,10 @@ func TestSpecFor(t *testing.T) {
 		{name: "runtime plain init container is not a sidecar", pod: pod("p", "127.0.19.1", plainInit), want: vllm, ok: true},
 		{name: "no base model label", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { delete(p.Labels, labelName) }), want: with(func(s *engineSpec) { s.BaseModel = "" }), ok: true},
 		{name: "api key annotation", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationAPIKey: "k"} }), want: with(func(s *engineSpec) { s.APIKey = "k" }), ok: true},
+		{name: "preload annotation", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationPreload: "a=org/a, b=/models/b"} }),
+			want: with(func(s *engineSpec) { s.Preload = "a=org/a, b=/models/b" }), ok: true},
+		{name: "malformed preload annotation", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationPreload: "a=org/a,b"} }),
+			wantErr: `annotation fake-engine.modelplane.dev/preload: "b" is not name=path`},
 		{name: "pending", pod: pod("p", "127.0.19.1", withPhase(corev1.PodPending))},
 		{name: "succeeded", pod: pod("p", "127.0.19.1", withPhase(corev1.PodSucceeded))},
 		{name: "no IP yet", pod: pod("p", "")},
@@ -220,6 +224,20 @@ func TestSyncPodAPIKey(t *testing.T) {
 	}
 	if got := must(t, "GET", "http://127.0.19.22:8000/v1/models", ""); got.status != 200 {
 		t.Errorf("engine without a key: %+v", got)
+	}
+}
+
+// TestSyncPreload: a pod's preload annotation gives its engine those adapters from the start,
+// without a load call.
+func TestSyncPreload(t *testing.T) {
+	m, _ := newTestManager(t, fakeengine.Options{})
+	p := pod("held", "127.0.19.23", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationPreload: "lora-a=org/lora-a"} })
+	if err := m.sync([]*corev1.Pod{p}); err != nil {
+		t.Fatal(err)
+	}
+	e := m.get("ns", "held").engine
+	if got := e.Adapters(); got["lora-a"] != "org/lora-a" || len(got) != 1 || e.Loads() != 0 {
+		t.Fatalf("adapters %v after %d loads, want lora-a from org/lora-a and no load", got, e.Loads())
 	}
 }
 

@@ -64,6 +64,7 @@ type options struct {
 	podNamespace    string
 	podName         string
 	podIP           string
+	preload         string
 	// Aggregator mode (kind): one admin API over the in-pod admin APIs of every model pod.
 	aggregate    bool
 	podAdminPort int
@@ -86,6 +87,7 @@ func main() {
 	flag.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "With --serve-pod: this pod's namespace, as the admin API names it (default $POD_NAMESPACE).")
 	flag.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "With --serve-pod: this pod's name, as the admin API names it (default $POD_NAME).")
 	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "With --serve-pod: this pod's IP, as the admin API reports it (default $POD_IP).")
+	flag.StringVar(&o.preload, "preload", os.Getenv("FAKE_ENGINE_PRELOAD"), "With --serve-pod: adapters the engine holds from the start, name=path,... (default $FAKE_ENGINE_PRELOAD; on kwok the pod annotation "+annotationPreload+").")
 	flag.BoolVar(&o.aggregate, "aggregate", false, "Serve one admin API on --admin-address over the in-pod admin APIs (--pod-admin-port) of the pods matching --label-selector (kind; in-cluster credentials when no kubeconfig is given).")
 	flag.IntVar(&o.podAdminPort, "pod-admin-port", 9400, "With --aggregate: the port of the pods' admin APIs.")
 	flag.Usage = func() {

@@ -18,9 +18,13 @@ import (
 // that an aggregator (--aggregate) can offer the same admin API over every pod as the
 // host-mode process does over the kwok pods.
 func servePod(ctx context.Context, o options) error {
+	preload, err := parsePreload(o.preload)
+	if err != nil {
+		return fmt.Errorf("--preload: %w", err)
+	}
 	e, err := fakeengine.StartInPod(o.port, fakeengine.Options{
 		BaseModel: o.baseModel, Kind: fakeengine.Kind(o.engine), APIKey: o.apiKey, Latency: o.latency,
-		Name: o.podName,
+		Name: o.podName, Preload: preload,
 	})
 	if err != nil {
 		return err

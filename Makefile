@@ -247,7 +247,10 @@ undeploy: deploy-overlay $(KUBE_APISERVER) ## Remove what `make deploy` installe
 	$(KUBECTL) delete --ignore-not-found -k $(DEPLOY_OVERLAY)
 
 .PHONY: helm-deploy
-helm-deploy: $(HELM) ## Install or upgrade the Helm chart (release $(HELM_RELEASE) in $(HELM_NAMESPACE)) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG); HELM_ARGS adds flags.
+helm-deploy: $(HELM) $(KUBE_APISERVER) ## Apply the chart's CRD, then install or upgrade the Helm chart (release $(HELM_RELEASE) in $(HELM_NAMESPACE)) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG); HELM_ARGS adds flags.
+	@# Helm installs crds/ only when the CRD is absent and never upgrades it: over AIBrix's
+	@# ModelAdapter CRD, or an older modelplane's, the chart's is applied first.
+	$(HELM) show crds $(CHART) | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(HELM) upgrade --install $(HELM_RELEASE) $(CHART) --namespace $(HELM_NAMESPACE) --create-namespace --take-ownership \
 	  --set image.registry=$(IMAGE_REGISTRY) --set-string image.tag=$(IMAGE_TAG) --wait --timeout 5m $(HELM_ARGS)
 

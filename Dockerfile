@@ -1,9 +1,10 @@
 # One image per controller: docker build --build-arg BINARY=adapter-controller|router-controller .
-# The controller module builds on its own (GOWORK=off) with `replace ../shared`. Its tests use
+# Each controller module builds on its own (GOWORK=off) with `replace ../shared`. Its tests use
 # the test tooling module (`replace ../test`), whose go.mod the module graph needs; no test
-# package is compiled into the binary.
+# package is compiled into a binary. The builder stage builds both binaries and does not
+# depend on BINARY, so the second image of a pair reuses every builder layer of the first
+# (and their common dependencies compile once).
 FROM golang:1.26 AS builder
-ARG BINARY=adapter-controller
 ARG VERSION=dev
 ENV GOWORK=off CGO_ENABLED=0 GOTOOLCHAIN=local
 WORKDIR /src
@@ -11,19 +12,23 @@ WORKDIR /src
 # Dependencies first, so source changes reuse this layer.
 COPY shared/go.mod shared/go.sum shared/
 COPY test/go.mod test/go.sum test/
-COPY ${BINARY}/go.mod ${BINARY}/go.sum ${BINARY}/
-RUN cd ${BINARY} && go mod download
+COPY adapter-controller/go.mod adapter-controller/go.sum adapter-controller/
+COPY router-controller/go.mod router-controller/go.sum router-controller/
+RUN for m in adapter-controller router-controller; do (cd $m && go mod download) || exit 1; done
 
 COPY shared/ shared/
-COPY ${BINARY}/ ${BINARY}/
-RUN cd ${BINARY} && go build -trimpath \
-      -ldflags "-s -w -X github.com/modelplane/modelplane/shared/version.Version=${VERSION}" \
-      -o /out/manager .
+COPY adapter-controller/ adapter-controller/
+COPY router-controller/ router-controller/
+RUN for m in adapter-controller router-controller; do \
+      (cd $m && go build -trimpath \
+        -ldflags "-s -w -X github.com/modelplane/modelplane/shared/version.Version=${VERSION}" \
+        -o /out/$m .) || exit 1; \
+    done
 
 FROM gcr.io/distroless/static:nonroot
 ARG BINARY=adapter-controller
 LABEL org.opencontainers.image.title="modelplane ${BINARY}" \
       org.opencontainers.image.source="https://github.com/modelplane/modelplane"
-COPY --from=builder /out/manager /manager
+COPY --from=builder /out/${BINARY} /manager
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -44,6 +44,23 @@ quiet() { # run a docker command without its output or the CLI's legacy-builder 
 log() { echo "kit: $*"; }
 tool() { "$root/hack/tools/build.sh" "$@" >&2; }
 
+# kit.sh --present: exit 0 when every image that make e2e uses from the kit is already here (the
+# node image holds the Kubernetes images), else list the missing ones and exit 1. Builds nothing;
+# .ci/run uses it to tell what the kind stages will cost.
+if [ "${1:-}" = --present ]; then
+  docker info >/dev/null 2>&1 || { echo "kit: no Docker engine answers" >&2; exit 1; }
+  missing=()
+  for i in "$DISTROLESS_IMAGE" "$GO_IMAGE" "$KIND_NODE_IMAGE" "traefik:$TRAEFIK_VERSION" \
+    "quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION" \
+    "quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION" \
+    "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION"; do
+    have "$i" || missing+=("$i")
+  done
+  [ ${#missing[@]} = 0 ] && { log "every image present"; exit 0; }
+  log "missing: ${missing[*]}"
+  exit 1
+fi
+
 # kubeadm names the images and their tags; the kit follows it rather than a list of its own.
 tool kube "$KUBE_VERSION"
 tool kube-node "$KUBE_VERSION"

@@ -223,9 +223,6 @@ func holdAIBrixLease(t *testing.T) (release func()) {
 		}
 	}
 	t.Cleanup(release)
-	// The controller reads the Lease at most once per AIBrixCheckPeriod: a reading made just
-	// before the Lease existed (another test's reconcile) stands until it expires.
-	time.Sleep(2 * testOptions().AIBrixCheckPeriod)
 	return release
 }
 

@@ -44,6 +44,9 @@ func fromFixture(t *testing.T, u *unstructured.Unstructured, err error, out clie
 
 // createAIBrixAdapter creates the adapter and writes its status as AIBrix does (a status
 // update after the create), then its Service and EndpointSlice; it returns the adapter.
+// Call it while AIBrix's Lease is held (holdAIBrixLease), as AIBrix writes these objects
+// while it runs: otherwise the controller may see the adapter before its status and
+// schedule it anew (CI saw a take-over test load adapters the engines already held).
 func createAIBrixAdapter(t *testing.T, spec aibrixfixture.Adapter, addresses []string) *v1alpha1.ModelAdapter {
 	t.Helper()
 	ctx := ctxFor(t)
@@ -58,7 +61,7 @@ func createAIBrixAdapter(t *testing.T, spec aibrixfixture.Adapter, addresses []s
 	for i := range a.Status.Conditions {
 		a.Status.Conditions[i].LastTransitionTime = metav1.Now()
 	}
-	if err := k8s.Status().Update(ctx, a); err != nil && !apierrors.IsConflict(err) {
+	if err := k8s.Status().Update(ctx, a); err != nil {
 		t.Fatalf("writing the status as AIBrix does: %v", err)
 	}
 	objs := aibrixfixture.AdapterObjects{Name: a.Name, Namespace: a.Namespace, BaseModel: spec.BaseModel, UID: string(a.UID), Addresses: addresses}
@@ -126,9 +129,11 @@ func TestAIBrixAdapterTakenOver(t *testing.T) {
 	ns := newNamespace(t)
 	es := holdingEngines(t, ns, "qwen", "qwen-lora", "org/qwen-lora", "qwen-a", "qwen-b")
 	released := metricValue(t, "modelplane_aibrix_takeovers_total", map[string]string{"object": "finalizer"})
+	stopAIBrix := holdAIBrixLease(t)
 	a := createAIBrixAdapter(t, aibrixfixture.Adapter{Name: "qwen-lora", Namespace: ns, BaseModel: "qwen",
 		ArtifactURL: "huggingface://org/qwen-lora", Instances: []string{"qwen-b", "qwen-a"}, Candidates: 2,
 		RetryPods: []string{"qwen-a", "qwen-gone"}}, addressesOf(es["qwen-b"], es["qwen-a"]))
+	stopAIBrix()
 	key := client.ObjectKeyFromObject(a)
 
 	got := waitAdapter(t, key, 30*time.Second, "Running on both pods with our finalizer", func(a *v1alpha1.ModelAdapter) bool {
@@ -223,6 +228,11 @@ func holdAIBrixLease(t *testing.T) (release func()) {
 		}
 	}
 	t.Cleanup(release)
+	// The detector reuses a reading for one AIBrixCheckPeriod (its contract): a reading made
+	// just before the Lease existed, by another test's reconcile, says "not running" until
+	// then. Past that period every reading sees the Lease (CI failed once without this wait:
+	// the adapter was acted on while the Lease was held).
+	time.Sleep(2 * testOptions().AIBrixCheckPeriod)
 	return release
 }
 

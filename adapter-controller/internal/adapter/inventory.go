@@ -56,6 +56,11 @@ type podInventory struct {
 	// artifacts are the artifact URLs this process loaded and verified, by adapter name,
 	// kept while the engine lists the adapter.
 	artifacts map[string]string
+	// listedSeq is the sequence number of the listing recorded here (listings are numbered
+	// as they start); changedAt the last number handed out when this process changed the
+	// entry itself (an unload). A listing that started before either says less than the
+	// entry already knows, and is not recorded.
+	listedSeq, changedAt uint64
 }
 
 // strayLoads are adapters this controller loaded on one pod that no ModelAdapter records.
@@ -81,7 +86,9 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 		recorded: map[types.NamespacedName]map[string]bool{},
 		strays:   map[types.NamespacedName]*strayLoads{},
 	}
-	i.listings = newListings(i.list, i.record)
+	i.listings = newListings(i.list, func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64) {
+		i.recordListing(pod, ep, adapters, seq, false)
+	})
 	return i
 }
 
@@ -128,8 +135,18 @@ func (i *Inventory) Count(pod *corev1.Pod) int {
 	return 0
 }
 
-// record stores a successful listing of the pod made through ep.
+// record stores what the pod lists now, as the newest knowledge of it (tests, and callers
+// outside the listings).
 func (i *Inventory) record(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter) {
+	i.recordListing(pod, ep, adapters, i.listings.mark(), true)
+}
+
+// recordListing stores a successful listing of the pod made through ep, numbered seq when it
+// started, unless it started before the listing already recorded or before a change this
+// process made since (force skips that check): two listings of one pod can be in flight at
+// once (different API keys are not shared), and the one that answers last is not always
+// the one that saw the engine last.
+func (i *Inventory) recordListing(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64, force bool) {
 	m := make(map[string]string, len(adapters))
 	for _, a := range adapters {
 		m[a.Name] = a.Path
@@ -139,13 +156,16 @@ func (i *Inventory) record(pod *corev1.Pod, ep engine.Endpoint, adapters []engin
 	defer i.mu.Unlock()
 	artifacts := map[string]string{}
 	if old := i.pods[key]; old != nil && old.uid == pod.UID {
+		if !force && (seq <= old.listedSeq || seq <= old.changedAt) {
+			return // its waiters still get its answer; the inventory keeps what is newer
+		}
 		for name, artifact := range old.artifacts {
 			if _, ok := m[name]; ok {
 				artifacts[name] = artifact
 			}
 		}
 	}
-	i.pods[key] = &podInventory{uid: pod.UID, ep: ep, adapters: m, artifacts: artifacts}
+	i.pods[key] = &podInventory{uid: pod.UID, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq}
 }
 
 // noteArtifact records the artifact a verified load put on the pod.
@@ -173,11 +193,13 @@ func (i *Inventory) Artifact(pod *corev1.Pod, adapter string) (string, bool) {
 
 // forgetAdapter records that the adapter was unloaded from the pod.
 func (i *Inventory) forgetAdapter(pod *corev1.Pod, adapter string) {
+	seq := i.listings.mark() // listings numbered up to seq started before the unload returned
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
 		delete(p.adapters, adapter)
 		delete(p.artifacts, adapter)
+		p.changedAt = max(p.changedAt, seq)
 	}
 }
 

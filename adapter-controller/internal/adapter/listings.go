@@ -28,7 +28,7 @@ import (
 type listings struct {
 	// list makes one engine call; record stores a successful answer.
 	list   func(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error)
-	record func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter)
+	record func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64)
 
 	mu   sync.Mutex
 	seq  uint64 // listings started so far, all pods together
@@ -70,7 +70,7 @@ func (l listed) has(name string) bool {
 	return ok
 }
 
-func newListings(list func(context.Context, engine.Endpoint) ([]engine.Adapter, error), record func(*corev1.Pod, engine.Endpoint, []engine.Adapter)) *listings {
+func newListings(list func(context.Context, engine.Endpoint) ([]engine.Adapter, error), record func(*corev1.Pod, engine.Endpoint, []engine.Adapter, uint64)) *listings {
 	return &listings{list: list, record: record, pods: map[listingKey]*podListings{}}
 }
 
@@ -142,7 +142,7 @@ func (l *listings) start(key listingKey, pod *corev1.Pod, ls *listing) {
 		adapters, err := l.list(ctx, key.ep)
 		var set listed
 		if err == nil {
-			l.record(pod, key.ep, adapters)
+			l.record(pod, key.ep, adapters, ls.seq)
 			set = make(listed, len(adapters))
 			for _, a := range adapters {
 				set[a.Name] = a.Path

@@ -27,13 +27,18 @@ import (
 // sends on hold (or its context ends).
 type fakeEngine struct {
 	hold    chan struct{}
+	holdKey map[string]chan struct{} // lists made with that API key wait on it (when hold is nil)
 	listErr error
-	lie     bool          // loads succeed without loading
-	delay   time.Duration // of every call
+	// unloadErr fails every unload; loadGate, when set, makes every load wait on it.
+	unloadErr error
+	loadGate  chan struct{}
+	lie       bool          // loads succeed without loading
+	delay     time.Duration // of every call
 
 	mu          sync.Mutex
 	loaded      map[string][]string // host -> adapters
 	loads       int
+	unloads     int
 	lists       int
 	listsByKey  map[string]int // API key -> lists
 	running     int            // lists in flight
@@ -62,10 +67,17 @@ func (f *fakeEngine) exit() {
 	f.calls--
 }
 
-func (f *fakeEngine) Load(_ context.Context, ep engine.Endpoint, req engine.LoadRequest) error {
+func (f *fakeEngine) Load(ctx context.Context, ep engine.Endpoint, req engine.LoadRequest) error {
 	f.enter()
 	defer f.exit()
 	time.Sleep(f.delay)
+	if f.loadGate != nil {
+		select {
+		case <-f.loadGate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads++
@@ -75,7 +87,16 @@ func (f *fakeEngine) Load(_ context.Context, ep engine.Endpoint, req engine.Load
 	return nil
 }
 
-func (f *fakeEngine) Unload(context.Context, engine.Endpoint, string) error { return nil }
+func (f *fakeEngine) Unload(_ context.Context, ep engine.Endpoint, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unloads++
+	if f.unloadErr != nil {
+		return f.unloadErr
+	}
+	f.loaded[ep.Host] = slices.DeleteFunc(f.loaded[ep.Host], func(n string) bool { return n == name })
+	return nil
+}
 
 func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error) {
 	f.enter()
@@ -86,16 +107,25 @@ func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]en
 	f.running++
 	names := slices.Clone(f.loaded[ep.Host])
 	f.mu.Unlock()
-	f.listStarted <- struct{}{}
+	select {
+	case f.listStarted <- struct{}{}: // tests that watch lists start read it; others never fill it
+	default:
+	}
 	defer func() {
 		f.mu.Lock()
 		f.running--
 		f.mu.Unlock()
 	}()
 	time.Sleep(f.delay)
-	if f.hold != nil {
+	hold := f.hold
+	if hold == nil {
+		f.mu.Lock()
+		hold = f.holdKey[ep.APIKey]
+		f.mu.Unlock()
+	}
+	if hold != nil {
 		select {
-		case <-f.hold:
+		case <-hold:
 		case <-ctx.Done():
 			f.mu.Lock()
 			f.cancelled++
@@ -538,4 +568,51 @@ func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 			t.Errorf("load() = %v, want reason %s", err, ReasonNotVerified)
 		}
 	})
+}
+
+// TestOlderListingNeverOverwrites: two listings of one pod run at once (different API keys,
+// so they are not shared). The one that started first is held by the engine while the adapter
+// is loaded and a later listing verifies it; when the older one answers (without the adapter,
+// as of when it started) it must not overwrite that verification. Likewise an unload recorded
+// after a listing started is not undone by that listing's answer.
+func TestOlderListingNeverOverwrites(t *testing.T) {
+	f := newFakeEngine()
+	hold := make(chan struct{})
+	f.holdKey = map[string]chan struct{}{"old": hold}
+	inv := newTestInventory(f)
+	pod := fakePod("p", "127.0.40.9")
+
+	older := getAsync(t.Context(), inv.listings, pod, endpointFor(pod, "old"), inv.listings.mark())
+	eventually(t, "the older listing in flight", func() bool { return f.count(&f.running) == 1 })
+	f.load(pod.Status.PodIP, "lora") // the load lands after the older listing started
+	newer := receive(t, "the newer listing", getAsync(t.Context(), inv.listings, pod, endpointFor(pod, "new"), inv.listings.mark()))
+	if newer.err != nil || !newer.names.has("lora") {
+		t.Fatalf("newer listing: %v %v", newer.names, newer.err)
+	}
+	if loaded, known := inv.Loaded(pod, "lora"); !loaded || !known {
+		t.Fatalf("after the newer listing: loaded=%v known=%v", loaded, known)
+	}
+	close(hold)
+	if r := receive(t, "the older listing", older); r.err != nil || r.names.has("lora") {
+		t.Fatalf("older listing: %v %v (it started before the load)", r.names, r.err)
+	}
+	if loaded, _ := inv.Loaded(pod, "lora"); !loaded {
+		t.Fatal("an older listing overwrote a newer verification: the inventory says the adapter is not loaded")
+	}
+
+	// An unload after a listing started: that listing's answer does not bring it back.
+	hold = make(chan struct{})
+	f.mu.Lock()
+	f.holdKey["old"] = hold
+	f.mu.Unlock()
+	older = getAsync(t.Context(), inv.listings, pod, endpointFor(pod, "old"), inv.listings.mark())
+	eventually(t, "the second older listing in flight", func() bool { return f.count(&f.running) == 1 })
+	inv.forgetAdapter(pod, "lora") // unloaded meanwhile (the engine still has it for this test)
+	close(hold)
+	if r := receive(t, "the second older listing", older); r.err != nil || !r.names.has("lora") {
+		t.Fatalf("second older listing: %v %v", r.names, r.err)
+	}
+	if loaded, _ := inv.Loaded(pod, "lora"); loaded {
+		t.Fatal("a listing that started before an unload brought the adapter back into the inventory")
+	}
 }

@@ -27,6 +27,7 @@ func (k backoffKey) id() string { return k.namespace + "/" + k.adapter + "/" + k
 
 type backoffEntry struct {
 	failures int
+	firstAt  time.Time // of the first failure since the last success
 	failedAt time.Time
 	lastErr  error
 }
@@ -53,18 +54,25 @@ func (b *backoffs) wait(k backoffKey, now time.Time) (time.Duration, int, error)
 
 // failed records a failure and returns the failure count and the delay before a retry.
 func (b *backoffs) failed(k backoffKey, now time.Time, err error) (int, time.Duration) {
+	n, wait, _ := b.failedSince(k, now, err)
+	return n, wait
+}
+
+// failedSince is failed that also returns how long the entry has been failing: since its
+// first failure after the last success.
+func (b *backoffs) failedSince(k backoffKey, now time.Time, err error) (int, time.Duration, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.entries[k]
 	if !ok {
-		e = &backoffEntry{}
+		e = &backoffEntry{firstAt: now}
 		b.entries[k] = e
 	}
 	e.failures++
 	e.lastErr = err
 	e.failedAt = now
 	b.delays.Next(k.id(), now)
-	return e.failures, b.delays.Get(k.id())
+	return e.failures, b.delays.Get(k.id()), now.Sub(e.firstAt)
 }
 
 func (b *backoffs) succeeded(k backoffKey) {

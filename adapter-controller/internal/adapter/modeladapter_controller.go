@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,6 +102,20 @@ func DefaultOptions() Options {
 		MaxBackoff:              2 * time.Minute,
 		DeletionRetryLimit:      5,
 	}
+}
+
+// MinDeletionWait is how long a deletion keeps trying before it releases the finalizer of an
+// adapter whose unloads keep failing: DeletionRetryLimit attempts, each made only when the
+// backoff since the previous one has expired (BaseBackoff, doubling, at most MaxBackoff), so
+// the sum of the waits between them. 15 s with the defaults (1 + 2 + 4 + 8 s).
+func (o Options) MinDeletionWait() time.Duration {
+	var total time.Duration
+	delay := o.BaseBackoff
+	for range o.DeletionRetryLimit - 1 {
+		total += min(delay, o.MaxBackoff)
+		delay *= 2
+	}
+	return total
 }
 
 // Validate reports bad options.
@@ -212,15 +227,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	p := newPass(a)
-	r.resolveSpec(ctx, p)
-	r.choosePods(ctx, p)
+	if err := r.resolveSpec(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.choosePods(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
 	// Before any engine call: the finalizer, and every pod a load may be sent to, recorded
 	// on the adapter, so that whenever the process dies every pod that may hold the adapter
 	// is known.
 	if err := r.recordPods(ctx, p); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.syncEngines(ctx, p)
+	if err := r.syncEngines(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.forgetUnloadedPods(ctx, p); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -271,7 +292,7 @@ func podServingChanged() predicate.Predicate {
 			if !okOld || !okNew {
 				return true
 			}
-			return podServes(o) != podServes(n) || o.Status.PodIP != n.Status.PodIP ||
+			return podServes(o) != podServes(n) || o.Status.PodIP != n.Status.PodIP || !slices.Equal(o.Status.PodIPs, n.Status.PodIPs) ||
 				!labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
 		},
 	}

@@ -25,7 +25,6 @@ const (
 	ReasonInitialized         = "Initialized"
 	ReasonInvalidSpec         = "InvalidSpec"
 	ReasonSecretUnavailable   = "SecretUnavailable"
-	ReasonInternalError       = "InternalError"
 	ReasonScheduled           = "Scheduled"
 	ReasonUnknownScheduler    = "UnknownSchedulerDefaultUsed"
 	ReasonNoCandidates        = "NoCandidates"
@@ -73,9 +72,6 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 		set(v1alpha1.ConditionInitialized, false, p.specReason, p.specErr.Error())
 		set(v1alpha1.ConditionReady, false, p.specReason, p.specErr.Error())
 		st.Phase = v1alpha1.ModelAdapterFailed
-		if p.specReason == ReasonInternalError {
-			st.Phase = v1alpha1.ModelAdapterUnknown
-		}
 		return st
 	}
 	set(v1alpha1.ConditionInitialized, true, ReasonInitialized, "Spec accepted")

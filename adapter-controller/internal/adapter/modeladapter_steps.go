@@ -108,19 +108,33 @@ func selectorOf(a *v1alpha1.ModelAdapter) (labels.Selector, error) {
 }
 
 // resolveSpec checks what the API schema cannot (selector syntax, the credentials Secret)
-// and reads the engine API key.
-func (r *Reconciler) resolveSpec(ctx context.Context, p *pass) {
+// and reads the engine API key. A spec that cannot be acted on is reported in the status
+// (p.specErr); an error that a retry may not meet (the API server unavailable, say) is
+// returned, for the workqueue's rate-limited retry, and nothing is written.
+func (r *Reconciler) resolveSpec(ctx context.Context, p *pass) error {
 	if _, err := selectorOf(p.adapter); err != nil {
 		p.specErr, p.specReason = err, ReasonInvalidSpec
-		return
+		return nil
 	}
 	key, creds, err := r.credentials(ctx, p.adapter)
-	if err != nil {
+	var missing secretMissingError
+	switch {
+	case errors.As(err, &missing):
 		p.specErr, p.specReason = err, ReasonSecretUnavailable
 		p.requeueAfter(time.Minute) // Secrets are not watched: look again later
-		return
+		return nil
+	case err != nil:
+		return err
 	}
 	p.apiKey, p.credentials = key, creds
+	return nil
+}
+
+// secretMissingError is a credentials Secret that does not exist: a spec problem, reported.
+type secretMissingError struct{ name string }
+
+func (e secretMissingError) Error() string {
+	return fmt.Sprintf("credentials Secret %s not found", e.name)
 }
 
 // credentials returns the engine API key and the artifact credentials of an adapter: from
@@ -135,7 +149,7 @@ func (r *Reconciler) credentials(ctx context.Context, a *v1alpha1.ModelAdapter) 
 	ref := client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.CredentialsSecretRef.Name}
 	if err := r.apiReader.Get(ctx, ref, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", nil, fmt.Errorf("credentials Secret %s not found", ref.Name)
+			return "", nil, secretMissingError{ref.Name}
 		}
 		return "", nil, fmt.Errorf("reading credentials Secret %s: %w", ref.Name, err)
 	}
@@ -149,17 +163,17 @@ func (r *Reconciler) credentials(ctx context.Context, a *v1alpha1.ModelAdapter) 
 	return key, creds, nil
 }
 
-// choosePods computes the candidates and the pods the adapter should be on.
-func (r *Reconciler) choosePods(ctx context.Context, p *pass) {
+// choosePods computes the candidates and the pods the adapter should be on. A failed pod
+// list is returned (retried by the workqueue), never reported as the adapter's state.
+func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 	if p.specErr != nil {
-		return
+		return nil
 	}
 	a := p.adapter
 	sel, _ := selectorOf(a)
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.InNamespace(a.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		p.specErr, p.specReason = fmt.Errorf("listing pods: %w", err), ReasonInternalError
-		return
+		return fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -193,6 +207,7 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) {
 		}
 		return 0
 	}, string(a.UID))
+	return nil
 }
 
 // scheduledPods returns the pods of the adapter's scheduled-pods annotation.
@@ -388,9 +403,9 @@ func (r *Reconciler) servedArtifact(pod *corev1.Pod, a *v1alpha1.ModelAdapter) (
 // EndpointSlice write drops it), and is reloaded in the next pass, which also parks the
 // next one. A failed reload stops the rollout: the other pods keep serving the earlier
 // artifact while the failed one is retried with backoff.
-func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
+func (r *Reconciler) syncEngines(ctx context.Context, p *pass) error {
 	if p.specErr != nil {
-		return
+		return nil
 	}
 	a := p.adapter
 	desired := map[string]bool{}
@@ -400,8 +415,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 
 	holding, notHolding, err := r.holders(ctx, a, p.scheduled, false)
 	if err != nil {
-		p.specErr, p.specReason = err, ReasonInternalError
-		return
+		return err
 	}
 	var toUnload []*corev1.Pod
 	unloadable := map[string]bool{}
@@ -421,8 +435,8 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 	}
 
 	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
+		mu   sync.Mutex
+		jobs []func() // engine calls, run on at most MaxParallelEngineCalls goroutines
 	)
 	serving := map[string]bool{} // in the EndpointSlice, as of the last pass
 	for _, name := range a.Status.Instances {
@@ -458,7 +472,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			}
 			continue
 		}
-		wg.Go(func() {
+		jobs = append(jobs, func() {
 			err := r.load(ctx, a, pod, p, replace)
 			mu.Lock()
 			defer mu.Unlock()
@@ -494,7 +508,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			p.requeueAfter(wait)
 			continue
 		}
-		wg.Go(func() {
+		jobs = append(jobs, func() {
 			err := r.unload(ctx, a, pod, p.apiKey)
 			mu.Lock()
 			defer mu.Unlock()
@@ -507,7 +521,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 			p.requeueAfter(wait)
 		})
 	}
-	wg.Wait()
+	runBounded(jobs, r.opts.MaxParallelEngineCalls)
 
 	// The next outdated instance leaves the EndpointSlice, unless a reload is failing.
 	slices.SortFunc(outdated, func(x, y *corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
@@ -537,6 +551,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonReloaded, "Load", "Reloaded %s and verified on %d pods: %s",
 			a.Spec.ArtifactURL, len(reloaded), summarize(reloaded, 10))
 	}
+	return nil
 }
 
 // hopeless reports whether a load failure makes the adapter Failed: the engine's answer says
@@ -554,6 +569,26 @@ func summarize(names []string, n int) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
+
+// runBounded runs the jobs on at most limit goroutines and returns when all are done. The
+// engine calls inside them still take a global engine call slot each; the bound keeps an
+// adapter on thousands of pods from starting a goroutine per pod that then only waits.
+func runBounded(jobs []func(), limit int) {
+	work := make(chan func())
+	var wg sync.WaitGroup
+	for range min(max(limit, 1), len(jobs)) {
+		wg.Go(func() {
+			for job := range work {
+				job()
+			}
+		})
+	}
+	for _, job := range jobs {
+		work <- job
+	}
+	close(work)
+	wg.Wait()
 }
 
 // acquire takes one of the global engine call slots.
@@ -715,6 +750,13 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 	if !controllerutil.ContainsFinalizer(a, Finalizer) && !controllerutil.ContainsFinalizer(a, v1alpha1.AIBrixFinalizer) {
 		return reconcile.Result{}, nil
 	}
+	// An attempt only when the backoff since the previous one has expired, whatever enqueued
+	// the adapter (pod events of recorded pods do): the retry limit counts attempts spaced by
+	// the backoff, so the finalizer is held at least Options.MinDeletionWait.
+	k := backoffKey{a.Namespace, a.Name, "", "delete"}
+	if wait, _, _ := r.deletions.wait(k, r.clock.Now()); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	apiKey, _, err := r.credentials(ctx, a)
 	if err != nil {
 		// Unload without a key: engines that need one answer 401, which is retried and
@@ -732,12 +774,12 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 	klog.FromContext(ctx).V(2).Info("Unloading a deleted adapter", "pods", names, "gonePods", gone)
 	var (
 		mu     sync.Mutex
-		wg     sync.WaitGroup
+		jobs   []func()
 		failed []string
 		left   []*corev1.Pod
 	)
 	for _, pod := range holding {
-		wg.Go(func() {
+		jobs = append(jobs, func() {
 			if err := r.unload(ctx, a, pod, apiKey); err != nil {
 				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (%v)", pod.Name, err))
@@ -746,12 +788,11 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 			}
 		})
 	}
-	wg.Wait()
+	runBounded(jobs, r.opts.MaxParallelEngineCalls)
 	if len(failed) > 0 {
 		slices.Sort(failed)
-		k := backoffKey{a.Namespace, a.Name, "", "delete"}
-		n, wait := r.deletions.failed(k, r.clock.Now(), errors.New(strings.Join(failed, "; ")))
-		if n < r.opts.DeletionRetryLimit {
+		n, wait, since := r.deletions.failedSince(k, r.clock.Now(), errors.New(strings.Join(failed, "; ")))
+		if n < r.opts.DeletionRetryLimit || since < r.opts.MinDeletionWait() {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonUnloadAbandoned, "Delete",

@@ -52,16 +52,28 @@ func (r *Reconciler) syncResources(ctx context.Context, p *pass) error {
 	if !ok || err != nil {
 		return err
 	}
-	wantEPS, eps := desiredEndpointSlice(a, p.instances, port), &discoveryv1.EndpointSlice{}
-	ok, err = r.ensureOwned(ctx, p, owned{
-		kind: "EndpointSlice", want: wantEPS, have: eps, createFailed: ReasonEndpointSliceFailed,
-		upToDate: func() bool { return sameEndpoints(eps, wantEPS) },
-		update: func() {
-			eps.AddressType, eps.Ports, eps.Endpoints = wantEPS.AddressType, wantEPS.Ports, wantEPS.Endpoints
-		},
-	})
-	if !ok || err != nil {
-		return err
+	// One EndpointSlice per address family, as Kubernetes' EndpointSlice controller keeps
+	// them (addressType is immutable): IPv4 under the adapter's name, as AIBrix names its
+	// one slice, always present; IPv6 under <name>-ipv6 while some instance has an IPv6
+	// address. A dual-stack pod is in both.
+	v4, v6 := desiredEndpointSlices(a, p.instances, port)
+	for _, want := range []*discoveryv1.EndpointSlice{v4, v6} {
+		if want.AddressType == discoveryv1.AddressTypeIPv6 && len(want.Endpoints) == 0 {
+			if err := r.deleteOwned(ctx, a, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}); err != nil {
+				return fmt.Errorf("deleting EndpointSlice %s: %w", want.Name, err)
+			}
+			continue
+		}
+		eps := &discoveryv1.EndpointSlice{}
+		ok, err = r.ensureOwned(ctx, p, owned{
+			kind: "EndpointSlice", want: want, have: eps, createFailed: ReasonEndpointSliceFailed,
+			upToDate:  func() bool { return sameEndpoints(eps, want) },
+			update:    func() { eps.Ports, eps.Endpoints = want.Ports, want.Endpoints },
+			immutable: func() bool { return eps.AddressType != want.AddressType },
+		})
+		if !ok || err != nil {
+			return err
+		}
 	}
 	p.resourcesReady = true
 	return nil
@@ -74,6 +86,7 @@ type owned struct {
 	createFailed string        // condition reason when creating it fails
 	upToDate     func() bool   // have's own fields (labels aside) match want
 	update       func()        // copies want's own fields into have
+	immutable    func() bool   // (optional) have differs from want in a field no update may change
 }
 
 // ensureOwned creates o.want when missing and otherwise brings o.have up to date: our labels
@@ -111,6 +124,17 @@ func (r *Reconciler) ensureOwned(ctx context.Context, p *pass, o owned) (ok bool
 		return false, nil
 	case o.upToDate() && hasLabels(o.have, o.want.GetLabels()):
 		return true, nil
+	case o.immutable != nil && o.immutable():
+		// Replaced: deleted (that very object, by UID) and created as wanted.
+		uid := o.have.GetUID()
+		if err := r.client.Delete(ctx, o.have, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("replacing %s: %w", o.kind, err)
+		}
+		if err := r.client.Create(ctx, o.want); err != nil {
+			p.resourceReason, p.resourceMsg = o.createFailed, err.Error()
+			return false, fmt.Errorf("re-creating %s: %w", o.kind, err)
+		}
+		return true, nil
 	}
 	patch := client.MergeFrom(o.have.DeepCopyObject().(client.Object))
 	labels := o.have.GetLabels()
@@ -124,6 +148,19 @@ func (r *Reconciler) ensureOwned(ctx context.Context, p *pass, o owned) (ok bool
 		return false, fmt.Errorf("updating %s: %w", o.kind, err)
 	}
 	return true, nil
+}
+
+// deleteOwned deletes obj (its namespace and name set) when it exists, carries our label
+// and the adapter controls it; anything else is left alone.
+func (r *Reconciler) deleteOwned(ctx context.Context, a *v1alpha1.ModelAdapter, obj client.Object) error {
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, a) || obj.GetLabels()[ManagedByLabel] != ManagedByValue {
+		return nil
+	}
+	uid := obj.GetUID()
+	return client.IgnoreNotFound(r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}))
 }
 
 // hasLabels reports whether obj carries every label of want.
@@ -152,40 +189,74 @@ func desiredService(a *v1alpha1.ModelAdapter, port int32) *corev1.Service {
 	}
 }
 
-func desiredEndpointSlice(a *v1alpha1.ModelAdapter, instances []*corev1.Pod, port int32) *discoveryv1.EndpointSlice {
-	eps := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: a.Name, Namespace: a.Namespace,
-			Labels: map[string]string{
-				ManagedByLabel:               ManagedByValue,
-				discoveryv1.LabelServiceName: a.Name,
-				discoveryv1.LabelManagedBy:   EndpointSliceManagedBy,
-				v1alpha1.ModelNameLabel:      a.Name,
+// desiredEndpointSlices returns the adapter's IPv4 slice (named after it) and IPv6 slice
+// (<name>-ipv6), each with the instances' addresses of its family (status.podIPs, else
+// status.podIP).
+func desiredEndpointSlices(a *v1alpha1.ModelAdapter, instances []*corev1.Pod, port int32) (v4, v6 *discoveryv1.EndpointSlice) {
+	slice := func(name string, family discoveryv1.AddressType) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: a.Namespace,
+				Labels: map[string]string{
+					ManagedByLabel:               ManagedByValue,
+					discoveryv1.LabelServiceName: a.Name,
+					discoveryv1.LabelManagedBy:   EndpointSliceManagedBy,
+					v1alpha1.ModelNameLabel:      a.Name,
+				},
 			},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}},
-		Endpoints:   []discoveryv1.Endpoint{},
+			AddressType: family,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}},
+			Endpoints:   []discoveryv1.Endpoint{},
+		}
 	}
+	v4, v6 = slice(a.Name, discoveryv1.AddressTypeIPv4), slice(a.Name+IPv6SliceSuffix, discoveryv1.AddressTypeIPv6)
 	for _, pod := range instances {
-		ip := net.ParseIP(pod.Status.PodIP)
-		if ip == nil {
-			continue
+		for _, ip := range podIPs(pod) {
+			eps := v4
+			if ip.To4() == nil {
+				eps = v6
+			}
+			e := discoveryv1.Endpoint{
+				Addresses:  []string{ip.String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+			}
+			if pod.Spec.NodeName != "" {
+				e.NodeName = ptr.To(pod.Spec.NodeName)
+			}
+			eps.Endpoints = append(eps.Endpoints, e)
 		}
-		if ip.To4() == nil {
-			eps.AddressType = discoveryv1.AddressTypeIPv6
-		}
-		e := discoveryv1.Endpoint{
-			Addresses:  []string{pod.Status.PodIP},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		}
-		if pod.Spec.NodeName != "" {
-			e.NodeName = ptr.To(pod.Spec.NodeName)
-		}
-		eps.Endpoints = append(eps.Endpoints, e)
 	}
-	return eps
+	return v4, v6
+}
+
+// IPv6SliceSuffix ends the name of an adapter's IPv6 EndpointSlice.
+const IPv6SliceSuffix = "-ipv6"
+
+// podIPs returns the pod's addresses, at most one per family: status.podIPs, else podIP.
+func podIPs(pod *corev1.Pod) []net.IP {
+	raw := []string{pod.Status.PodIP}
+	if len(pod.Status.PodIPs) > 0 {
+		raw = raw[:0]
+		for _, ip := range pod.Status.PodIPs {
+			raw = append(raw, ip.IP)
+		}
+	}
+	var out []net.IP
+	var have4, have6 bool
+	for _, s := range raw {
+		ip := net.ParseIP(s)
+		switch {
+		case ip == nil:
+		case ip.To4() != nil && !have4:
+			have4 = true
+			out = append(out, ip)
+		case ip.To4() == nil && !have6:
+			have6 = true
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // sameEndpoints compares endpoints by the pod they point at (UID) rather than by address: a

@@ -1,0 +1,397 @@
+package adapter
+
+import (
+	"context"
+	"fmt"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// Unit tests of whole reconciles on a fake client, with the fake engine of listings_test.go.
+
+var modelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.ModelNameLabel: "m"}}
+
+// readyPods returns n Ready model pods p0..p(n-1) of ns with loopback IPs from 127.0.50.1.
+func readyPods(n int) []client.Object {
+	out := make([]client.Object, 0, n)
+	for i := range n {
+		out = append(out, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("uid-p%d", i)),
+				Labels: map[string]string{v1alpha1.ModelNameLabel: "m"}},
+			Status: corev1.PodStatus{PodIP: fmt.Sprintf("127.0.%d.%d", 50+i/250, 1+i%250),
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		})
+	}
+	return out
+}
+
+func testAdapter(name string) *v1alpha1.ModelAdapter {
+	return &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec:       v1alpha1.ModelAdapterSpec{PodSelector: modelSelector, ArtifactURL: "huggingface://org/" + name},
+	}
+}
+
+// testReconciler builds a reconciler on a fake client holding objs (ModelAdapter status as a
+// subresource), with the interceptor functions given.
+func testReconciler(t *testing.T, eng engine.Client, clk clock.WithTicker, opts Options, funcs interceptor.Funcs, objs ...client.Object) (*Reconciler, client.WithWatch, *events.FakeRecorder) {
+	t.Helper()
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
+		WithInterceptorFuncs(funcs).Build()
+	rec := events.NewFakeRecorder(1000)
+	r, err := NewReconciler(c, c, eng, rec, clk, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, c, rec
+}
+
+func reconcileAdapter(t *testing.T, r *Reconciler, name string) (reconcile.Result, error) {
+	t.Helper()
+	return r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
+}
+
+// TestDeletionRetriesFollowTheBackoff: the engines of a deleting adapter are unreachable
+// while its pods' labels change every 200 ms, each change enqueueing it. Attempts happen only
+// when the deletion backoff has expired, so the finalizer is not released before the
+// documented minimum (MinDeletionWait: 15 s with the defaults), whatever the events; once
+// the engines answer again, the adapter is unloaded and then released.
+func TestDeletionRetriesFollowTheBackoff(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	eng := newFakeEngine()
+	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
+	opts := DefaultOptions()
+	a := testAdapter("lora")
+	a.Finalizers = []string{Finalizer}
+	a.Annotations = map[string]string{v1alpha1.ScheduledPodsAnnotation: "p0"}
+	a.Status.Instances = []string{"p0"}
+	objs := append(readyPods(1), a)
+	r, c, _ := testReconciler(t, eng, clk, opts, interceptor.Funcs{}, objs...)
+	if err := c.Delete(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	minWait := opts.MinDeletionWait()
+	if minWait != 15*time.Second {
+		t.Fatalf("MinDeletionWait with the defaults = %s, want 15s (1+2+4+8 s between 5 attempts)", minWait)
+	}
+	held := func() bool {
+		cur := &v1alpha1.ModelAdapter{}
+		err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur)
+		return err == nil && controllerutil.ContainsFinalizer(cur, Finalizer)
+	}
+	pod := &corev1.Pod{}
+	start := clk.Now()
+	for i := 0; clk.Since(start) < minWait; i++ {
+		// A label change of the recorded pod: the event enqueues the deleting adapter.
+		if err := c.Get(t.Context(), types.NamespacedName{Namespace: "ns", Name: "p0"}, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Labels["churn"] = fmt.Sprint(i)
+		if err := c.Update(t.Context(), pod); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+			t.Fatal(err)
+		}
+		if !held() {
+			t.Fatalf("the finalizer was released %s after the first attempt, before the minimum %s (%d unload attempts)",
+				clk.Since(start), minWait, eng.count(&eng.unloads))
+		}
+		clk.Step(200 * time.Millisecond)
+	}
+	if n := eng.count(&eng.unloads); n != opts.DeletionRetryLimit-1 {
+		t.Errorf("%d unload attempts in the %s before the last, want %d (one per backoff expiry)", n, minWait, opts.DeletionRetryLimit-1)
+	}
+	// The engines answer again: the last attempt unloads, then the finalizer goes.
+	eng.mu.Lock()
+	eng.unloadErr = nil
+	eng.mu.Unlock()
+	for range 10 {
+		if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+			t.Fatal(err)
+		}
+		if !held() {
+			break
+		}
+		clk.Step(200 * time.Millisecond)
+	}
+	if held() {
+		t.Fatal("the finalizer is still held after the engines answered again")
+	}
+	if n := eng.count(&eng.unloads); n != opts.DeletionRetryLimit {
+		t.Errorf("%d unload attempts in all, want %d", n, opts.DeletionRetryLimit)
+	}
+}
+
+// TestDeletionReleasedAfterTheMinimum: engines that never answer again: the finalizer is
+// released after the retry limit and not before the minimum wait, with an UnloadAbandoned
+// event.
+func TestDeletionReleasedAfterTheMinimum(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	eng := newFakeEngine()
+	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
+	opts := DefaultOptions()
+	a := testAdapter("lora")
+	a.Finalizers = []string{Finalizer}
+	a.Status.Instances = []string{"p0"}
+	r, c, rec := testReconciler(t, eng, clk, opts, interceptor.Funcs{}, append(readyPods(1), a)...)
+	if err := c.Delete(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	start := clk.Now()
+	for {
+		res, err := reconcileAdapter(t, r, "lora")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), &v1alpha1.ModelAdapter{}); apierrors.IsNotFound(err) {
+			break
+		}
+		if res.RequeueAfter <= 0 || clk.Since(start) > time.Hour {
+			t.Fatalf("no requeue (%v) while the finalizer is held, %s after the start", res, clk.Since(start))
+		}
+		clk.Step(res.RequeueAfter)
+	}
+	if took := clk.Since(start); took < opts.MinDeletionWait() {
+		t.Fatalf("released %s after the first attempt, before the minimum %s", took, opts.MinDeletionWait())
+	}
+	var abandoned bool
+	for len(rec.Events) > 0 {
+		abandoned = abandoned || strings.Contains(<-rec.Events, ReasonUnloadAbandoned)
+	}
+	if !abandoned || eng.count(&eng.unloads) != opts.DeletionRetryLimit {
+		t.Fatalf("UnloadAbandoned event %v after %d attempts, want it after %d", abandoned, eng.count(&eng.unloads), opts.DeletionRetryLimit)
+	}
+}
+
+// TestTransientAPIErrorsAreRetried: a failed pod List or Secret read is returned to the
+// workqueue (rate-limited retry), not written as a terminal-looking status.
+func TestTransientAPIErrorsAreRetried(t *testing.T) {
+	unavailable := apierrors.NewServiceUnavailable("etcd leader changed")
+	cases := map[string]struct {
+		mutate func(*v1alpha1.ModelAdapter)
+		funcs  interceptor.Funcs
+	}{
+		"listing pods": {funcs: interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return unavailable
+			}
+			return c.List(ctx, list, opts...)
+		}}},
+		"reading a recorded pod": {
+			mutate: func(a *v1alpha1.ModelAdapter) { a.Status.Instances = []string{"p0"} },
+			funcs: interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if _, ok := obj.(*corev1.Pod); ok {
+					return unavailable
+				}
+				return c.Get(ctx, key, obj, opts...)
+			}},
+		},
+		"reading the credentials Secret": {
+			mutate: func(a *v1alpha1.ModelAdapter) {
+				a.Spec.CredentialsSecretRef = &corev1.LocalObjectReference{Name: "creds"}
+			},
+			funcs: interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if _, ok := obj.(*corev1.Secret); ok {
+					return unavailable
+				}
+				return c.Get(ctx, key, obj, opts...)
+			}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			a := testAdapter("lora")
+			if tc.mutate != nil {
+				tc.mutate(a)
+			}
+			statusWrites := 0
+			funcs := tc.funcs
+			funcs.SubResourcePatch = func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				statusWrites++
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			}
+			r, c, _ := testReconciler(t, newFakeEngine(), clock.RealClock{}, DefaultOptions(), funcs, append(readyPods(1), a)...)
+			_, err := reconcileAdapter(t, r, "lora")
+			if !apierrors.IsServiceUnavailable(err) {
+				t.Fatalf("Reconcile error = %v, want the API error for a rate-limited retry", err)
+			}
+			cur := &v1alpha1.ModelAdapter{}
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
+				t.Fatal(err)
+			}
+			if statusWrites != 0 || cur.Status.Phase != "" {
+				t.Fatalf("status written (%d writes, phase %q): a transient error is not a state to report", statusWrites, cur.Status.Phase)
+			}
+		})
+	}
+}
+
+// TestNoGoroutineWithoutAnEngineSlot: an adapter on 2000 pods whose engines hold every load
+// starts no more goroutines than there are engine call slots, not one per pod.
+func TestNoGoroutineWithoutAnEngineSlot(t *testing.T) {
+	const pods = 2000
+	eng := newFakeEngine()
+	eng.loadGate = make(chan struct{})
+	opts := DefaultOptions()
+	r, _, _ := testReconciler(t, eng, clock.RealClock{}, opts, interceptor.Funcs{}, append(readyPods(pods), testAdapter("lora"))...)
+	// The first reconcile records the pods (no engine call before), a listing of each pod
+	// comes first where nothing is known: let the inventory know the pods are empty.
+	for _, o := range readyPods(pods) {
+		r.inventory.record(o.(*corev1.Pod), engine.Endpoint{}, nil)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := reconcileAdapter(t, r, "lora")
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for eng.count(&eng.calls) < opts.MaxParallelEngineCalls {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d loads in flight after 30s, want %d", eng.count(&eng.calls), opts.MaxParallelEngineCalls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // any goroutine that would be started is started by now
+	// Counted by stack, not runtime.NumGoroutine: the envtest suite's manager runs in the
+	// same process.
+	extra := goroutinesIn("adapter.(*Reconciler).load(")
+	close(eng.loadGate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if limit := opts.MaxParallelEngineCalls; extra > limit {
+		t.Fatalf("%d goroutines for an adapter on %d pods with %d engine slots, want at most %d", extra, pods, opts.MaxParallelEngineCalls, limit)
+	}
+	t.Logf("%d goroutines in a load while %d loads were in flight on %d pods", extra, opts.MaxParallelEngineCalls, pods)
+}
+
+// goroutinesIn counts the goroutines whose stack has fn.
+func goroutinesIn(fn string) int {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDesiredEndpointSlices: one slice per address family; a pod is in each family it has an
+// address of (status.podIPs, else status.podIP), at most once per family.
+func TestDesiredEndpointSlices(t *testing.T) {
+	pod := func(name, podIP string, ips ...string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Status: corev1.PodStatus{PodIP: podIP}}
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		return p
+	}
+	addrs := func(s *discoveryv1.EndpointSlice) []string {
+		var out []string
+		for _, e := range s.Endpoints {
+			out = append(out, e.TargetRef.Name+"="+strings.Join(e.Addresses, ","))
+		}
+		return out
+	}
+	cases := []struct {
+		name         string
+		pods         []*corev1.Pod
+		want4, want6 []string
+	}{
+		{"IPv4 only", []*corev1.Pod{pod("a", "127.0.0.2")}, []string{"a=127.0.0.2"}, nil},
+		{"IPv6 only", []*corev1.Pod{pod("a", "2001:db8::1", "2001:db8::1")}, nil, []string{"a=2001:db8::1"}},
+		{"dual-stack", []*corev1.Pod{pod("a", "127.0.0.2", "127.0.0.2", "2001:db8::1")}, []string{"a=127.0.0.2"}, []string{"a=2001:db8::1"}},
+		{"IPv6 primary, dual-stack", []*corev1.Pod{pod("a", "2001:db8::1", "2001:db8::1", "127.0.0.2")}, []string{"a=127.0.0.2"}, []string{"a=2001:db8::1"}},
+		{"mixed pods", []*corev1.Pod{pod("a", "127.0.0.2"), pod("b", "2001:db8::2", "2001:db8::2")}, []string{"a=127.0.0.2"}, []string{"b=2001:db8::2"}},
+		{"no address", []*corev1.Pod{pod("a", "")}, nil, nil},
+		{"two of one family: the first", []*corev1.Pod{pod("a", "127.0.0.2", "127.0.0.2", "127.0.0.3")}, []string{"a=127.0.0.2"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v4, v6 := desiredEndpointSlices(testAdapter("lora"), tc.pods, 8000)
+			if v4.Name != "lora" || v4.AddressType != discoveryv1.AddressTypeIPv4 || v6.Name != "lora-ipv6" || v6.AddressType != discoveryv1.AddressTypeIPv6 {
+				t.Fatalf("slices %s/%s %s/%s", v4.Name, v4.AddressType, v6.Name, v6.AddressType)
+			}
+			if got := addrs(v4); !slices.Equal(got, tc.want4) {
+				t.Errorf("IPv4 slice %v, want %v", got, tc.want4)
+			}
+			if got := addrs(v6); !slices.Equal(got, tc.want6) {
+				t.Errorf("IPv6 slice %v, want %v", got, tc.want6)
+			}
+		})
+	}
+}
+
+// TestEndpointSliceFamilyChangeReplaces: a slice of the adapter's name with another
+// addressType (an earlier release named its one slice after the adapter whatever the family)
+// is deleted and created anew, never updated (addressType is immutable).
+func TestEndpointSliceFamilyChangeReplaces(t *testing.T) {
+	a := testAdapter("lora")
+	a.UID = "uid-lora"
+	old := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lora", UID: "uid-old",
+			Labels: map[string]string{ManagedByLabel: ManagedByValue, discoveryv1.LabelServiceName: "lora"}},
+		AddressType: discoveryv1.AddressTypeIPv6,
+	}
+	controller := true
+	old.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ModelAdapter", Name: "lora", UID: a.UID, Controller: &controller}}
+	var updates int
+	funcs := interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				updates++
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				updates++
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}
+	r, c, _ := testReconciler(t, newFakeEngine(), clock.RealClock{}, DefaultOptions(), funcs, append(readyPods(1), a, old)...)
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	got := &discoveryv1.EndpointSlice{}
+	if err := c.Get(t.Context(), types.NamespacedName{Namespace: "ns", Name: "lora"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.UID == old.UID || got.AddressType != discoveryv1.AddressTypeIPv4 || updates != 0 {
+		t.Fatalf("slice uid %s addressType %s after %d updates; want a new IPv4 slice, no update", got.UID, got.AddressType, updates)
+	}
+}

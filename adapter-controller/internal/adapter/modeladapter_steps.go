@@ -347,8 +347,8 @@ func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[strin
 
 // servedArtifact tells which artifact the adapter on pod (loaded and verified) serves, and
 // whether it is spec.artifactURL. What this process loaded and verified there (while the
-// engine still lists it, from that path where it lists paths) is known from memory. Otherwise vLLM and SGLang list the lora_path they loaded, which is
-// compared with the path spec.artifactURL resolves to; behind the runtime sidecar (and for
+// engine still lists it, from that path where it lists paths) is known from memory.
+// Otherwise vLLM and SGLang list the lora_path they loaded, which is compared with the path spec.artifactURL resolves to; behind the runtime sidecar (and for
 // engines that report no path) the artifact recorded in the status when the load was
 // verified is compared. An instance without a record (loaded before artifacts were recorded)
 // is taken as current; any other pod without one is reloaded.

@@ -48,12 +48,10 @@ type App struct {
 	Gate *syncgate.Gate
 }
 
-// New builds the manager and its gate from validated options. Nothing here talks to the
+// New builds the manager and its gate from options that passed Options.Validate (each
+// binary's setup validates all its options once, at the start). Nothing here talks to the
 // API server or blocks.
 func New(o *Options, c Config) (*App, error) {
-	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid options: %w", err)
-	}
 	logger := klog.NewKlogr()
 	ctrl.SetLogger(logger)
 

@@ -126,10 +126,7 @@ func TestAdapterInstancesMetric(t *testing.T) {
 
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.ModelAdapter{}).Build()
-	r, err := NewReconciler(c, c, newFakeEngine(), events.NewFakeRecorder(100), clock.RealClock{}, DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := NewReconciler(c, c, newFakeEngine(), events.NewFakeRecorder(100), clock.RealClock{}, DefaultOptions())
 	reconcileAll := func(names ...string) {
 		t.Helper()
 		for _, n := range names {

@@ -156,12 +156,10 @@ type Reconciler struct {
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
-// NewReconciler builds the reconciler. apiReader reads Secrets uncached (only the ones
-// adapters reference, never a cluster-wide Secret cache).
-func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Reconciler, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
+// NewReconciler builds the reconciler from options that passed Options.Validate (the
+// binary's setup validates every option once, at the start). apiReader reads Secrets
+// uncached (only the ones adapters reference, never a cluster-wide Secret cache).
+func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, recorder events.EventRecorder, clk clock.WithTicker, opts Options) *Reconciler {
 	r := &Reconciler{
 		client: c, apiReader: apiReader, engine: eng, recorder: recorder, clock: clk, opts: opts,
 		backoff:     newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
@@ -178,7 +176,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 	})
 	RegisterMetrics()
 	adaptersByPhase.setReader(c)
-	return r, nil
+	return r
 }
 
 // SetupWithManager registers the controller and the inventory poller on the (gated)

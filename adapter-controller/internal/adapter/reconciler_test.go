@@ -68,10 +68,10 @@ func testReconciler(t *testing.T, eng engine.Client, clk clock.WithTicker, opts 
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
 		WithInterceptorFuncs(funcs).Build()
 	rec := events.NewFakeRecorder(1000)
-	r, err := NewReconciler(c, c, eng, rec, clk, opts)
-	if err != nil {
+	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	r := NewReconciler(c, c, eng, rec, clk, opts)
 	return r, c, rec
 }
 

@@ -52,10 +52,7 @@ func TestPrunedStatusReported(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod, a).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: prune}).Build()
 	rec := events.NewFakeRecorder(100)
-	r, err := NewReconciler(c, c, newFakeEngine(), rec, clock.RealClock{}, DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := NewReconciler(c, c, newFakeEngine(), rec, clock.RealClock{}, DefaultOptions())
 	for range 3 {
 		if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "lora"}}); err != nil {
 			t.Fatal(err)

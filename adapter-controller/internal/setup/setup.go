@@ -156,11 +156,8 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
 	opts := o.Adapter
 	opts.AIBrix = aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
-	r, err := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
+	r := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
 		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, opts)
-	if err != nil {
-		return nil, err
-	}
 	if err := r.SetupWithManager(a.Manager); err != nil {
 		return nil, fmt.Errorf("setting up the ModelAdapter controller: %w", err)
 	}

@@ -164,8 +164,9 @@ func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// Read-only: the cache's objects themselves, not a deep copy of every adapter per scrape.
 	var list v1alpha1.ModelAdapterList
-	if err := r.List(ctx, &list); err != nil {
+	if err := r.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
 	counts := map[v1alpha1.ModelAdapterPhase]int{}

@@ -266,79 +266,15 @@ type pollTarget struct {
 
 // poll lists the adapters of every pod that some adapter records (as an instance or a
 // scheduled pod), enqueues the adapters an engine no longer lists on their instances, and
-// unloads stray loads. Pods whose engine cannot be
-// reached are left for the adapters' own reconciles (their retries and backoff) to handle.
+// unloads stray loads. Pods whose engine cannot be reached are left for the adapters' own
+// reconciles (their retries and backoff) to handle.
 func (i *Inventory) poll(ctx context.Context) error {
 	var adapters v1alpha1.ModelAdapterList
 	if err := i.reader.List(ctx, &adapters); err != nil {
 		return err
 	}
-	targets := map[types.NamespacedName]*pollTarget{}
-	target := func(key types.NamespacedName) *pollTarget {
-		if targets[key] == nil {
-			targets[key] = &pollTarget{}
-		}
-		return targets[key]
-	}
-	exists := map[types.NamespacedName]bool{}
-	recorded := map[types.NamespacedName]map[string]bool{}
-	for idx := range adapters.Items {
-		a := &adapters.Items[idx]
-		exists[client.ObjectKeyFromObject(a)] = true
-		for pod := range recordedPods(a) {
-			key := types.NamespacedName{Namespace: a.Namespace, Name: pod}
-			if recorded[key] == nil {
-				recorded[key] = map[string]bool{}
-			}
-			recorded[key][a.Name] = true
-			if t := target(key); t.keyOf == nil { // keep knowing what every recorded pod holds
-				t.keyOf = a
-			}
-		}
-		if a.DeletionTimestamp != nil {
-			continue
-		}
-		for _, pod := range a.Status.Instances {
-			t := target(types.NamespacedName{Namespace: a.Namespace, Name: pod})
-			t.instanceOf = append(t.instanceOf, a)
-		}
-	}
-
-	i.mu.Lock()
-	// A load recorded at the last poll whose adapter is gone now was never unloaded by a
-	// finalizer (or it would not be recorded any more): it is a stray until a listing shows
-	// it is not loaded.
-	for key, names := range i.recorded {
-		for name := range names {
-			if !exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
-				ep := engine.Endpoint{}
-				if p := i.pods[key]; p != nil {
-					ep = p.ep
-				}
-				i.addStray(key, ep, name)
-			}
-		}
-	}
-	i.recorded = recorded
-	for key, s := range i.strays {
-		for name := range s.names {
-			if exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
-				delete(s.names, name) // wanted again: its ModelAdapter decides
-			}
-		}
-		if len(s.names) == 0 {
-			delete(i.strays, key)
-			continue
-		}
-		target(key).strays = true
-	}
-	// Forget pods that no adapter is on any more.
-	for key := range i.pods {
-		if _, ok := targets[key]; !ok {
-			delete(i.pods, key)
-		}
-	}
-	i.mu.Unlock()
+	targets, exists, recorded := pollTargets(adapters.Items)
+	i.noteStrays(targets, exists, recorded)
 
 	sem := semaphore.NewWeighted(int64(i.parallel))
 	var wg sync.WaitGroup
@@ -364,27 +300,111 @@ func (i *Inventory) poll(ctx context.Context) error {
 		}
 		wg.Go(func() {
 			defer sem.Release(1)
-			listed, err := i.Refresh(ctx, pod, ep)
-			if err != nil {
-				klog.FromContext(ctx).V(4).Info("Listing engine adapters failed", "pod", klog.KObj(pod), "err", err.Error())
-				return
-			}
-			if t.strays {
-				i.sweep(ctx, pod, ep, listed)
-			}
-			for _, a := range t.instanceOf {
-				if !listed.has(a.Name) {
-					select {
-					case i.events <- event.GenericEvent{Object: a}:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
+			i.pollPod(ctx, pod, ep, t)
 		})
 	}
 	wg.Wait()
 	return nil
+}
+
+// pollTargets returns, from every adapter, the pods to list (with what to check there), the
+// adapters that exist, and for each pod the adapters recording it.
+func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]bool, recorded map[types.NamespacedName]map[string]bool) {
+	targets = map[types.NamespacedName]*pollTarget{}
+	target := func(key types.NamespacedName) *pollTarget {
+		if targets[key] == nil {
+			targets[key] = &pollTarget{}
+		}
+		return targets[key]
+	}
+	exists = map[types.NamespacedName]bool{}
+	recorded = map[types.NamespacedName]map[string]bool{}
+	for idx := range adapters {
+		a := &adapters[idx]
+		exists[client.ObjectKeyFromObject(a)] = true
+		for pod := range recordedPods(a) {
+			key := types.NamespacedName{Namespace: a.Namespace, Name: pod}
+			if recorded[key] == nil {
+				recorded[key] = map[string]bool{}
+			}
+			recorded[key][a.Name] = true
+			if t := target(key); t.keyOf == nil { // keep knowing what every recorded pod holds
+				t.keyOf = a
+			}
+		}
+		if a.DeletionTimestamp != nil {
+			continue
+		}
+		for _, pod := range a.Status.Instances {
+			t := target(types.NamespacedName{Namespace: a.Namespace, Name: pod})
+			t.instanceOf = append(t.instanceOf, a)
+		}
+	}
+	return targets, exists, recorded
+}
+
+// noteStrays updates the stray loads from this poll's adapters, marks the pods holding some
+// as targets to sweep, and forgets the pods no adapter is on any more.
+func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]bool, recorded map[types.NamespacedName]map[string]bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	// A load recorded at the last poll whose adapter is gone now was never unloaded by a
+	// finalizer (or it would not be recorded any more): it is a stray until a listing shows
+	// it is not loaded.
+	for key, names := range i.recorded {
+		for name := range names {
+			if !exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
+				ep := engine.Endpoint{}
+				if p := i.pods[key]; p != nil {
+					ep = p.ep
+				}
+				i.addStray(key, ep, name)
+			}
+		}
+	}
+	i.recorded = recorded
+	for key, s := range i.strays {
+		for name := range s.names {
+			if exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
+				delete(s.names, name) // wanted again: its ModelAdapter decides
+			}
+		}
+		if len(s.names) == 0 {
+			delete(i.strays, key)
+			continue
+		}
+		if targets[key] == nil {
+			targets[key] = &pollTarget{}
+		}
+		targets[key].strays = true
+	}
+	for key := range i.pods {
+		if _, ok := targets[key]; !ok {
+			delete(i.pods, key)
+		}
+	}
+}
+
+// pollPod lists one pod's engine, sweeps its stray loads, and enqueues the adapters whose
+// instance it is that it no longer lists.
+func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, t *pollTarget) {
+	listed, err := i.Refresh(ctx, pod, ep)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Listing engine adapters failed", "pod", klog.KObj(pod), "err", err.Error())
+		return
+	}
+	if t.strays {
+		i.sweep(ctx, pod, ep, listed)
+	}
+	for _, a := range t.instanceOf {
+		if !listed.has(a.Name) {
+			select {
+			case i.events <- event.GenericEvent{Object: a}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // endpoint is how the poll reaches the pod: with the API key of an adapter recording it,

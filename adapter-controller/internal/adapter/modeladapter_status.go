@@ -59,13 +59,12 @@ func intOrPort(p int32) intstr.IntOrString { return intstr.FromInt32(p) }
 func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 	a := p.adapter
 	st := *a.Status.DeepCopy()
-	gen := a.Generation
 	set := func(t string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
 			s = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: a.Generation})
 	}
 
 	if p.specErr != nil {
@@ -75,7 +74,34 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 		return st
 	}
 	set(v1alpha1.ConditionInitialized, true, ReasonInitialized, "Spec accepted")
+	setInstances(&st, p)
+	setScheduled(set, p)
+	failMsg := failureMessage(p)
+	switch {
+	case len(p.instances) > 0:
+		set(v1alpha1.ConditionBound, true, ReasonBound, fmt.Sprintf("Loaded and verified on %d pods", len(p.instances)))
+	case len(p.failures) > 0:
+		set(v1alpha1.ConditionBound, false, failReason(p), failMsg)
+	default:
+		set(v1alpha1.ConditionBound, false, ReasonLoading, "Not loaded on any pod yet")
+	}
+	if p.resourcesReady {
+		set(v1alpha1.ConditionResourceCreated, true, ReasonResourcesCreated, "Service and EndpointSlice are up to date")
+	} else if p.resourceReason != "" {
+		set(v1alpha1.ConditionResourceCreated, false, p.resourceReason, p.resourceMsg)
+	}
+	setUpToDate(set, p)
+	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && p.resourcesReady && !p.rollout.pending()
+	setReady(set, p, ready, failMsg)
+	st.Phase = phaseOf(p, ready)
+	return st
+}
 
+// setCondition sets one condition of the status being computed.
+type setCondition func(conditionType string, ok bool, reason, msg string)
+
+// setInstances writes the instances, their artifacts and the counts.
+func setInstances(st *v1alpha1.ModelAdapterStatus, p *pass) {
 	st.Candidates = int32(len(p.candidates))
 	st.DesiredReplicas = int32(len(p.desired))
 	st.ReadyReplicas = int32(len(p.instances))
@@ -87,7 +113,10 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 	}
 	slices.Sort(st.Instances)
 	slices.SortFunc(st.InstanceArtifacts, func(x, y v1alpha1.InstanceArtifact) int { return cmp.Compare(x.Pod, y.Pod) })
+}
 
+func setScheduled(set setCondition, p *pass) {
+	a := p.adapter
 	switch {
 	case len(p.desired) == 0:
 		msg := "No Ready pod with an IP matches the pod selector"
@@ -102,29 +131,19 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 		set(v1alpha1.ConditionScheduled, true, ReasonScheduled,
 			fmt.Sprintf("%d of %d candidates chosen (%s)", len(p.desired), len(p.candidates), p.policy))
 	}
+}
 
-	failMsg := failureMessage(p)
-	switch {
-	case len(p.instances) > 0:
-		set(v1alpha1.ConditionBound, true, ReasonBound, fmt.Sprintf("Loaded and verified on %d pods", len(p.instances)))
-	case len(p.failures) > 0:
-		set(v1alpha1.ConditionBound, false, failReason(p), failMsg)
-	default:
-		set(v1alpha1.ConditionBound, false, ReasonLoading, "Not loaded on any pod yet")
-	}
-
-	if p.resourcesReady {
-		set(v1alpha1.ConditionResourceCreated, true, ReasonResourcesCreated, "Service and EndpointSlice are up to date")
-	} else if p.resourceReason != "" {
-		set(v1alpha1.ConditionResourceCreated, false, p.resourceReason, p.resourceMsg)
-	}
-
-	ro := &p.rollout
+func setUpToDate(set setCondition, p *pass) {
+	a, ro := p.adapter, &p.rollout
 	switch {
 	case len(ro.failed) > 0:
+		serving := len(ro.outdated) // instances still serving the earlier artifact
+		if ro.parked != "" {
+			serving++
+		}
 		set(v1alpha1.ConditionUpToDate, false, ReasonRolloutFailed, fmt.Sprintf(
 			"Loading %s failed on %s; %d other instances keep serving the earlier artifact: %v",
-			a.Spec.ArtifactURL, strings.Join(ro.failed, ", "), len(ro.outdated)+btoi(ro.parked != ""), ro.err))
+			a.Spec.ArtifactURL, strings.Join(ro.failed, ", "), serving, ro.err))
 	case ro.pending():
 		set(v1alpha1.ConditionUpToDate, false, ReasonRolling, fmt.Sprintf(
 			"Rolling out %s one pod at a time: %d of %d instances serve it; reloading %s next",
@@ -132,43 +151,38 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 	default:
 		set(v1alpha1.ConditionUpToDate, true, ReasonUpToDate, fmt.Sprintf("Every instance serves %s", a.Spec.ArtifactURL))
 	}
+}
 
-	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && p.resourcesReady && !ro.pending()
+func setReady(set setCondition, p *pass, ready bool, failMsg string) {
 	switch {
 	case ready:
 		set(v1alpha1.ConditionReady, true, ReasonReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
 	case len(p.failures) > 0:
 		set(v1alpha1.ConditionReady, false, failReason(p), failMsg)
-	case ro.pending():
-		set(v1alpha1.ConditionReady, false, ReasonRolling, fmt.Sprintf("Rolling out %s", a.Spec.ArtifactURL))
+	case p.rollout.pending():
+		set(v1alpha1.ConditionReady, false, ReasonRolling, fmt.Sprintf("Rolling out %s", p.adapter.Spec.ArtifactURL))
 	case len(p.desired) == 0:
 		set(v1alpha1.ConditionReady, false, ReasonNoCandidates, "No pod to load the adapter on")
 	default:
 		set(v1alpha1.ConditionReady, false, ReasonPartiallyReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
 	}
-
-	switch {
-	case ready:
-		st.Phase = v1alpha1.ModelAdapterRunning
-	case p.failedHard:
-		st.Phase = v1alpha1.ModelAdapterFailed
-	case len(p.instances) > 0 && p.resourcesReady:
-		st.Phase = v1alpha1.ModelAdapterResourceCreated
-	case len(p.instances) > 0:
-		st.Phase = v1alpha1.ModelAdapterBound
-	case len(p.desired) > 0:
-		st.Phase = v1alpha1.ModelAdapterScheduled
-	default:
-		st.Phase = v1alpha1.ModelAdapterPending
-	}
-	return st
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
+func phaseOf(p *pass, ready bool) v1alpha1.ModelAdapterPhase {
+	switch {
+	case ready:
+		return v1alpha1.ModelAdapterRunning
+	case p.failedHard:
+		return v1alpha1.ModelAdapterFailed
+	case len(p.instances) > 0 && p.resourcesReady:
+		return v1alpha1.ModelAdapterResourceCreated
+	case len(p.instances) > 0:
+		return v1alpha1.ModelAdapterBound
+	case len(p.desired) > 0:
+		return v1alpha1.ModelAdapterScheduled
+	default:
+		return v1alpha1.ModelAdapterPending
 	}
-	return 0
 }
 
 // failReason is the classified reason of the most frequent failure of this pass.

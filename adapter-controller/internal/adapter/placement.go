@@ -2,10 +2,15 @@ package adapter
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"hash/fnv"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 )
 
 // Policy names accepted in spec.schedulerName.
@@ -80,4 +85,51 @@ func hash(seed, name string) uint64 {
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(name))
 	return h.Sum64()
+}
+
+// choosePods computes the candidates and the pods the adapter should be on. A failed pod
+// list is returned (retried by the workqueue), never reported as the adapter's state.
+func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
+	if p.specErr != nil {
+		return nil
+	}
+	a := p.adapter
+	sel, _ := selectorOf(a)
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(a.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !podServes(pod) {
+			continue
+		}
+		if a.Spec.BaseModel != nil && *a.Spec.BaseModel != "" {
+			if m, ok := pod.Labels[v1alpha1.ModelNameLabel]; ok && m != *a.Spec.BaseModel {
+				p.excluded++
+				continue
+			}
+		}
+		p.candidates = append(p.candidates, pod)
+	}
+	slices.SortFunc(p.candidates, func(x, y *corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
+
+	current := map[string]bool{}
+	for _, pod := range p.candidates {
+		if r.loadConfirmed(pod, a) {
+			current[pod.Name] = true
+		}
+	}
+	var known bool
+	p.policy, known = policyFor(a.Spec.SchedulerName)
+	p.unknownPolicy = !known
+	p.desired = place(p.candidates, current, a.Spec.Replicas, p.policy, func(name string) int {
+		for _, pod := range p.candidates {
+			if pod.Name == name {
+				return r.inventory.Count(pod)
+			}
+		}
+		return 0
+	}, string(a.UID))
+	return nil
 }

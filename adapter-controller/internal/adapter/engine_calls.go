@@ -1,0 +1,402 @@
+package adapter
+
+// Engine calls of a pass: loads, reloads, unloads, bounded by the engine call slots.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// syncEngines loads the adapter where it should be and is not, reloads it where it serves
+// an earlier artifact, and unloads it where it may be and should not be, in parallel within
+// the global bound, honouring the per-pod backoff.
+//
+// A changed artifactURL is rolled out one pod at a time, so that the adapter stays served:
+// an outdated instance first leaves the EndpointSlice (it is "parked" in one pass, whose
+// EndpointSlice write drops it), and is reloaded in the next pass, which also parks the
+// next one. A failed reload stops the rollout: the other pods keep serving the earlier
+// artifact while the failed one is retried with backoff.
+func (r *Reconciler) syncEngines(ctx context.Context, p *pass) error {
+	if p.specErr != nil {
+		return nil
+	}
+	toUnload, err := r.podsToUnload(ctx, p)
+	if err != nil {
+		return err
+	}
+	c := &engineCalls{serving: map[string]bool{}}
+	for _, name := range p.adapter.Status.Instances {
+		c.serving[name] = true
+	}
+	for _, pod := range p.desired {
+		r.planLoad(ctx, p, c, pod)
+	}
+	for _, pod := range toUnload {
+		r.planUnload(ctx, p, c, pod)
+	}
+	runBounded(c.jobs, r.opts.MaxParallelEngineCalls)
+
+	r.advanceRollout(ctx, p, c.outdated)
+	for _, pod := range p.desired {
+		if _, ok := p.artifacts[pod.Name]; ok {
+			p.instances = append(p.instances, pod)
+		}
+	}
+	r.reportLoads(p.adapter, c)
+	return nil
+}
+
+// engineCalls collects the engine calls of one pass and what they did.
+type engineCalls struct {
+	mu                    sync.Mutex // guards the pass and the lists below while jobs run
+	jobs                  []func()   // run on at most MaxParallelEngineCalls goroutines
+	newlyLoaded, reloaded []string
+	outdated              []*corev1.Pod   // instances serving an earlier artifact, kept serving for now
+	serving               map[string]bool // in the EndpointSlice, as of the last pass
+}
+
+// podsToUnload returns the live pods that may hold the adapter and are not desired, and
+// records in the pass the scheduled pods that provably do not hold it. Backoff entries of
+// pods that are gone or no longer chosen are dropped.
+func (r *Reconciler) podsToUnload(ctx context.Context, p *pass) ([]*corev1.Pod, error) {
+	a := p.adapter
+	desired := map[string]bool{}
+	for _, pod := range p.desired {
+		desired[pod.Name] = true
+	}
+	holding, notHolding, err := r.holders(ctx, a, p.scheduled, false)
+	if err != nil {
+		return nil, err
+	}
+	var toUnload []*corev1.Pod
+	unloadable := map[string]bool{}
+	for _, pod := range holding {
+		if !desired[pod.Name] {
+			toUnload = append(toUnload, pod)
+			unloadable[pod.Name] = true
+		}
+	}
+	r.backoff.retain(a.Namespace, a.Name, "load", desired)
+	r.backoff.retain(a.Namespace, a.Name, "unload", unloadable)
+	for _, name := range notHolding {
+		if !desired[name] {
+			p.notHolding = append(p.notHolding, name)
+		}
+	}
+	return toUnload, nil
+}
+
+// planLoad decides what one desired pod needs: nothing (it serves the current artifact), to
+// wait for its turn in a rollout (it serves an earlier one from the EndpointSlice), or a load
+// or reload once its backoff has expired.
+func (r *Reconciler) planLoad(ctx context.Context, p *pass, c *engineCalls, pod *corev1.Pod) {
+	a := p.adapter
+	replace := false
+	if r.loadConfirmed(pod, a) {
+		artifact, current := r.servedArtifact(pod, a)
+		switch {
+		case current:
+			p.artifacts[pod.Name] = artifact
+			return
+		case c.serving[pod.Name]:
+			// Serves an earlier artifact and is in the EndpointSlice: it keeps serving until
+			// its turn.
+			p.artifacts[pod.Name] = artifact
+			c.outdated = append(c.outdated, pod)
+			return
+		}
+		replace = true // out of the EndpointSlice: reload now
+	}
+	k := backoffKey{a.Namespace, a.Name, pod.Name, "load"}
+	if wait, n, lastErr := r.backoff.wait(k, r.clock.Now()); wait > 0 {
+		r.noteLoadFailure(p, pod, lastErr, n, wait, replace)
+		return
+	}
+	c.jobs = append(c.jobs, func() {
+		err := r.load(ctx, a, pod, p, replace)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			r.backoff.succeeded(k)
+			p.artifacts[pod.Name] = a.Spec.ArtifactURL
+			if replace {
+				c.reloaded = append(c.reloaded, pod.Name)
+			} else {
+				c.newlyLoaded = append(c.newlyLoaded, pod.Name)
+			}
+			return
+		}
+		n, wait := r.backoff.failed(k, r.clock.Now(), err)
+		r.noteLoadFailure(p, pod, err, n, wait, replace)
+		if n == 1 || n == r.opts.RetryLimit {
+			reason := ReasonLoadFailed
+			if replace {
+				reason = ReasonReloadFailed
+			}
+			r.recorder.Eventf(a, pod, corev1.EventTypeWarning, reason, "Load",
+				"Loading %s on pod %s failed (attempt %d): %v", a.Spec.ArtifactURL, pod.Name, n, err)
+		}
+	})
+}
+
+// noteLoadFailure records in the pass the n-th failure of a load (or reload) on pod, whose
+// next attempt is due in wait.
+func (r *Reconciler) noteLoadFailure(p *pass, pod *corev1.Pod, err error, n int, wait time.Duration, replace bool) {
+	p.failures[pod.Name] = podError{err: err, failures: n}
+	p.failedHard = p.failedHard || r.givesUp(err, n)
+	p.requeueAfter(wait)
+	if replace {
+		p.rollout.failed = append(p.rollout.failed, pod.Name)
+		p.rollout.err = err
+	}
+}
+
+// planUnload unloads the adapter from a pod that may hold it and should not, once the
+// unload's backoff has expired.
+func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, pod *corev1.Pod) {
+	a := p.adapter
+	k := backoffKey{a.Namespace, a.Name, pod.Name, "unload"}
+	if wait, _, _ := r.backoff.wait(k, r.clock.Now()); wait > 0 {
+		p.requeueAfter(wait)
+		return
+	}
+	c.jobs = append(c.jobs, func() {
+		err := r.unload(ctx, a, pod, p.apiKey)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			r.backoff.succeeded(k)
+			p.notHolding = append(p.notHolding, pod.Name)
+			return
+		}
+		_, wait := r.backoff.failed(k, r.clock.Now(), err)
+		p.requeueAfter(wait)
+	})
+}
+
+// advanceRollout takes the next outdated instance out of the EndpointSlice, unless a reload
+// is failing: it is reloaded in the next pass.
+func (r *Reconciler) advanceRollout(ctx context.Context, p *pass, outdated []*corev1.Pod) {
+	slices.SortFunc(outdated, func(x, y *corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
+	for _, pod := range outdated {
+		p.rollout.outdated = append(p.rollout.outdated, pod.Name)
+	}
+	if len(p.rollout.failed) > 0 || len(outdated) == 0 {
+		return
+	}
+	p.rollout.parked = outdated[0].Name
+	klog.FromContext(ctx).V(2).Info("Taking an outdated instance out of the EndpointSlice to reload it",
+		"pod", klog.KObj(outdated[0]), "artifact", p.adapter.Spec.ArtifactURL)
+	p.rollout.outdated = p.rollout.outdated[1:]
+	delete(p.artifacts, p.rollout.parked)
+	p.requeueAfter(time.Second) // the status write enqueues it sooner; this is the bound
+}
+
+// reportLoads writes one event per pass for the loads and one for the reloads, not one per
+// pod: loading on N pods costs one API write, not N.
+func (r *Reconciler) reportLoads(a *v1alpha1.ModelAdapter, c *engineCalls) {
+	if len(c.newlyLoaded) > 0 {
+		slices.Sort(c.newlyLoaded)
+		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonLoaded, "Load", "Loaded and verified on %d pods: %s",
+			len(c.newlyLoaded), summarize(c.newlyLoaded, 10))
+	}
+	if len(c.reloaded) > 0 {
+		slices.Sort(c.reloaded)
+		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonReloaded, "Load", "Reloaded %s and verified on %d pods: %s",
+			a.Spec.ArtifactURL, len(c.reloaded), summarize(c.reloaded, 10))
+	}
+}
+
+// givesUp reports whether a load failure makes the adapter Failed: the engine's answer says
+// repeating the same request cannot succeed without a change (a 400 for a bad artifact,
+// runtime LoRA updating disabled, a wrong API key, an artifact the engine cannot fetch), or
+// the retry limit is reached. Retries go on with backoff either way, so a fixed engine or
+// artifact is picked up.
+func (r *Reconciler) givesUp(err error, failures int) bool {
+	return failures >= r.opts.RetryLimit || !engine.IsRetryable(err)
+}
+
+// summarize lists at most n names and says how many more there are.
+func summarize(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
+
+// runBounded runs the jobs on at most limit goroutines and returns when all are done. The
+// engine calls inside them still take a global engine call slot each; the bound keeps an
+// adapter on thousands of pods from starting a goroutine per pod that then only waits.
+func runBounded(jobs []func(), limit int) {
+	work := make(chan func())
+	var wg sync.WaitGroup
+	for range min(max(limit, 1), len(jobs)) {
+		wg.Go(func() {
+			for job := range work {
+				job()
+			}
+		})
+	}
+	for _, job := range jobs {
+		work <- job
+	}
+	close(work)
+	wg.Wait()
+}
+
+// acquire takes one of the global engine call slots.
+func (r *Reconciler) acquire(ctx context.Context) error { return r.slots.Acquire(ctx, 1) }
+
+func (r *Reconciler) release() { r.slots.Release(1) }
+
+// load loads the adapter on one pod and verifies that the engine lists it. With replace, an
+// earlier artifact is loaded there: vLLM replaces it in place (load_inplace); other engines,
+// and vLLM versions without load_inplace, unload it first. The verification then also
+// checks the path the engine lists, where it lists one.
+//
+// Each engine call holds an engine call slot; the verification waits without one for a
+// listing of the pod that starts after the load returned, shared with the other loads onto
+// the pod meanwhile (the listing takes a slot of its own).
+func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, p *pass, replace bool) error {
+	ep, err := engine.EndpointForPod(pod, p.apiKey)
+	if err != nil {
+		return err
+	}
+	wantPath, err := engine.ResolveArtifact(ep.Kind, a.Spec.ArtifactURL)
+	if err != nil {
+		method := ReloadMethod("")
+		if replace {
+			method = ReloadUnloadLoad
+		}
+		recordLoad(ep.Kind, method, err)
+		return err
+	}
+	req := engine.LoadRequest{
+		Name: a.Name, ArtifactURL: a.Spec.ArtifactURL,
+		Credentials: p.credentials, AdditionalConfig: engineConfig(a.Spec.AdditionalConfig),
+	}
+	if !replace {
+		if replace, err = r.heldFromUnverifiedArtifact(ctx, a, pod, ep, wantPath); err != nil {
+			recordLoad(ep.Kind, "", err)
+			return err
+		}
+	}
+	start := r.clock.Now()
+	method, err := r.sendLoad(ctx, a, pod, ep, req, replace)
+	loadedAt := r.inventory.listings.mark() // listings after this one may show the adapter
+	if err == nil {
+		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
+	}
+	loadDuration.WithLabelValues().Observe(r.clock.Since(start).Seconds())
+	recordLoad(ep.Kind, method, err)
+	if err != nil {
+		return err
+	}
+	r.inventory.noteArtifact(pod, a.Name, a.Spec.ArtifactURL)
+	klog.FromContext(ctx).V(2).Info("Loaded adapter", "pod", klog.KObj(pod), "artifact", a.Spec.ArtifactURL, "reload", replace)
+	return nil
+}
+
+// heldFromUnverifiedArtifact looks before a plain load when nothing says what the engine
+// holds (no listing of the pod yet, as on a new leader): the pod may hold an earlier
+// artifact, one taken out of the EndpointSlice for its reload when the previous leader
+// stopped. A plain load would be answered "already loaded" and leave that artifact in
+// place, so it reports that a reload is needed.
+func (r *Reconciler) heldFromUnverifiedArtifact(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, wantPath string) (bool, error) {
+	if _, listed := r.inventory.Loaded(pod, a.Name); listed {
+		return false, nil
+	}
+	l, err := r.inventory.listings.get(ctx, pod, ep, r.inventory.listings.mark())
+	if err != nil {
+		return false, err
+	}
+	path, ok := l[a.Name]
+	if !ok || (engine.ListsLoadPath(ep.Kind) && path == wantPath) {
+		return false, nil
+	}
+	klog.FromContext(ctx).V(2).Info("The engine holds the adapter from an unverified artifact; reloading it",
+		"pod", klog.KObj(pod), "listedPath", path, "artifact", a.Spec.ArtifactURL)
+	return true, nil
+}
+
+// sendLoad makes the engine calls of a load, or of a reload with replace: in place where
+// the engine can (vLLM's load_inplace), else unload then load. Each call holds an engine
+// call slot.
+func (r *Reconciler) sendLoad(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, req engine.LoadRequest, replace bool) (ReloadMethod, error) {
+	call := func(f func() error) error {
+		if err := r.acquire(ctx); err != nil {
+			return err
+		}
+		defer r.release()
+		return f()
+	}
+	if !replace {
+		return "", call(func() error { return r.engine.Load(ctx, ep, req) })
+	}
+	if ep.Kind == "" || ep.Kind == engine.KindVLLM {
+		inPlace := req
+		inPlace.Replace = true
+		err := call(func() error { return r.engine.Load(ctx, ep, inPlace) })
+		if engine.ReasonOf(err) != engine.ReasonReloadUnsupported {
+			return ReloadInPlace, err
+		}
+	}
+	if err := call(func() error { return r.engine.Unload(ctx, ep, a.Name) }); err != nil {
+		return ReloadUnloadLoad, err
+	}
+	r.inventory.forgetAdapter(pod, a.Name)
+	return ReloadUnloadLoad, call(func() error { return r.engine.Load(ctx, ep, req) })
+}
+
+// verify waits for a listing of the pod that started after the load (loadedAt) and checks
+// that it shows the adapter, and after a reload that it shows it from wantPath (where the
+// engine lists load paths).
+func (r *Reconciler) verify(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, loadedAt uint64, replace bool, wantPath string) error {
+	l, err := r.inventory.listings.get(ctx, pod, ep, loadedAt)
+	if err != nil {
+		return err
+	}
+	path, ok := l[a.Name]
+	switch {
+	case !ok:
+		return &engine.Error{Reason: ReasonNotVerified, Engine: ep.Kind, Op: engine.OpList, Retryable: true,
+			Message: "the engine answered the load with success but does not list the adapter"}
+	case replace && engine.ListsLoadPath(ep.Kind) && path != "" && path != wantPath:
+		return &engine.Error{Reason: ReasonNotVerified, Engine: ep.Kind, Op: engine.OpList, Retryable: true,
+			Message: fmt.Sprintf("the engine answered the reload with success but lists the adapter from %q, not %q", path, wantPath)}
+	}
+	return nil
+}
+
+// unload removes the adapter from one pod; "not loaded" counts as success.
+func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, apiKey string) error {
+	ep, err := engine.EndpointForPod(pod, apiKey)
+	if err != nil {
+		return err
+	}
+	if err := r.acquire(ctx); err != nil {
+		return err
+	}
+	defer r.release()
+	if err := r.engine.Unload(ctx, ep, a.Name); err != nil {
+		recordUnload(err)
+		r.recorder.Eventf(a, pod, corev1.EventTypeWarning, ReasonUnloadFailed, "Unload", "Unloading from pod %s failed: %v", pod.Name, err)
+		return err
+	}
+	recordUnload(nil)
+	r.inventory.forgetAdapter(pod, a.Name)
+	klog.FromContext(ctx).V(2).Info("Unloaded adapter", "pod", klog.KObj(pod))
+	r.recorder.Eventf(a, pod, corev1.EventTypeNormal, ReasonUnloaded, "Unload", "Unloaded from pod %s", pod.Name)
+	return nil
+}

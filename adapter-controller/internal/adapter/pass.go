@@ -1,0 +1,80 @@
+package adapter
+
+// The state one reconcile of one adapter carries from step to step.
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// pass is the state of one reconcile of one adapter, filled by the steps in order.
+type pass struct {
+	adapter *v1alpha1.ModelAdapter
+
+	// resolveSpec
+	specErr     error  // the spec cannot be acted on (reason in specReason)
+	specReason  string // PascalCase condition reason
+	apiKey      string
+	credentials map[string]string
+
+	// choosePods
+	candidates    []*corev1.Pod
+	excluded      int // matching pods of another base model
+	desired       []*corev1.Pod
+	policy        string
+	unknownPolicy bool
+
+	// recordPods: the pods of the scheduled-pods annotation (updated when it is written)
+	scheduled map[string]bool
+
+	// syncEngines
+	instances   []*corev1.Pod       // desired pods with the adapter loaded and verified
+	artifacts   map[string]string   // instance -> the artifact URL it serves
+	failures    map[string]podError // pod -> last error of this pass or its backoff
+	failedHard  bool                // some pod reached the retry limit
+	notHolding  []string            // scheduled pods that provably do not hold the adapter
+	rollout     rollout
+	requeueIn   time.Duration
+	resourceErr error
+
+	// syncResources
+	resourcesReady bool
+	resourceReason string
+	resourceMsg    string
+}
+
+type podError struct {
+	err      error
+	failures int
+}
+
+// rollout is the state of a changed artifactURL being rolled out, one pod at a time.
+type rollout struct {
+	outdated []string // instances still serving an earlier artifact
+	parked   string   // the instance taken out of the EndpointSlice in this pass, to reload next
+	failed   []string // pods whose reload failed (out of the EndpointSlice, retried with backoff)
+	err      error    // the last reload failure
+}
+
+// pending reports whether some pod does not serve the current artifact yet.
+func (ro *rollout) pending() bool {
+	return len(ro.outdated) > 0 || ro.parked != "" || len(ro.failed) > 0
+}
+
+func newPass(a *v1alpha1.ModelAdapter) *pass {
+	return &pass{adapter: a, failures: map[string]podError{}, artifacts: map[string]string{}, scheduled: scheduledPods(a)}
+}
+
+func (p *pass) requeueAfter(d time.Duration) {
+	if d > 0 && (p.requeueIn == 0 || d < p.requeueIn) {
+		p.requeueIn = d
+	}
+}
+
+func (p *pass) result() reconcile.Result {
+	return reconcile.Result{RequeueAfter: p.requeueIn}
+}

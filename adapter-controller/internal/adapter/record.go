@@ -1,0 +1,154 @@
+package adapter
+
+// The record of where the adapter may be loaded: the finalizer and the scheduled-pods
+// annotation, written before any engine call (docs/reliability.md, crash consistency).
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+)
+
+// scheduledPods returns the pods of the adapter's scheduled-pods annotation.
+func scheduledPods(a *v1alpha1.ModelAdapter) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range strings.Split(a.Annotations[v1alpha1.ScheduledPodsAnnotation], ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// recordedPods returns every pod the adapter records as possibly holding it: the
+// scheduled-pods annotation and the status instances.
+func recordedPods(a *v1alpha1.ModelAdapter) map[string]bool {
+	out := scheduledPods(a)
+	for _, name := range a.Status.Instances {
+		out[name] = true
+	}
+	return out
+}
+
+// loadConfirmed reports whether the adapter is known to be loaded on the pod: the engine's
+// last listing when there is one for this pod, else the adapter's status, whose instances
+// were verified when it was written.
+func (r *Reconciler) loadConfirmed(pod *corev1.Pod, a *v1alpha1.ModelAdapter) bool {
+	if loaded, listed := r.inventory.Loaded(pod, a.Name); listed {
+		return loaded
+	}
+	return slices.Contains(a.Status.Instances, pod.Name)
+}
+
+// loadPossible is loadConfirmed, and also true for a pod not listed yet that the
+// scheduled-pods annotation records: a load may have been sent there before a crash.
+func (r *Reconciler) loadPossible(pod *corev1.Pod, a *v1alpha1.ModelAdapter, scheduled map[string]bool) bool {
+	if _, listed := r.inventory.Loaded(pod, a.Name); !listed && scheduled[pod.Name] {
+		return true
+	}
+	return r.loadConfirmed(pod, a)
+}
+
+// holders returns the live pods (with an IP, not terminating) that may hold the adapter:
+// those whose last inventory listing shows it, the status instances and the scheduled pods
+// not listed yet. Only these pods are read from the cache, not every pod of the namespace:
+// listing (and deep-copying) the whole namespace per reconcile is the controller's largest
+// CPU cost at scale (docs/performance.md). It also returns the scheduled pods that provably
+// do not hold the adapter: gone, or listed without it.
+//
+// With deleting, a pod the inventory last listed without the adapter counts as holding it:
+// that listing may be older than a load made since (deletion can come right after a load,
+// before the next poll), and an unload of an adapter that is not loaded is a success.
+func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, scheduled map[string]bool, deleting bool) (holding []*corev1.Pod, notHolding []string, err error) {
+	names := maps.Clone(scheduled)
+	for _, n := range a.Status.Instances {
+		names[n] = true
+	}
+	for _, n := range r.inventory.PodsListing(a.Namespace, a.Name) {
+		names[n] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		pod := &corev1.Pod{}
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				notHolding = append(notHolding, name)
+				continue
+			}
+			return nil, nil, fmt.Errorf("reading pod %s: %w", name, err)
+		}
+		switch {
+		case !deleting && !r.loadPossible(pod, a, scheduled):
+			notHolding = append(notHolding, name)
+		case pod.Status.PodIP != "" && pod.DeletionTimestamp == nil:
+			holding = append(holding, pod)
+		}
+	}
+	return holding, notHolding, nil
+}
+
+// recordPods adds the finalizer and every desired pod to the scheduled-pods annotation
+// before any engine call, in one write, and only when something is missing. The first
+// reconcile of an adapter writes both at once, so recording costs no extra API write.
+func (r *Reconciler) recordPods(ctx context.Context, p *pass) error {
+	want := maps.Clone(p.scheduled)
+	for _, pod := range p.desired {
+		want[pod.Name] = true
+	}
+	if controllerutil.ContainsFinalizer(p.adapter, Finalizer) && len(want) == len(p.scheduled) {
+		return nil
+	}
+	if err := r.writeScheduled(ctx, p, want); err != nil {
+		return fmt.Errorf("recording the pods to load on: %w", err)
+	}
+	return nil
+}
+
+// forgetUnloadedPods removes from the annotation the scheduled pods that are not desired and
+// provably do not hold the adapter (unloaded, listed without it, or gone).
+func (r *Reconciler) forgetUnloadedPods(ctx context.Context, p *pass) error {
+	want := maps.Clone(p.scheduled)
+	for _, name := range p.notHolding {
+		delete(want, name)
+	}
+	for _, pod := range p.desired {
+		want[pod.Name] = true
+	}
+	if maps.Equal(want, p.scheduled) {
+		return nil
+	}
+	if err := r.writeScheduled(ctx, p, want); err != nil {
+		return fmt.Errorf("forgetting unloaded pods: %w", err)
+	}
+	return nil
+}
+
+// writeScheduled writes the finalizer and the scheduled-pods annotation. The write is
+// guarded by the resourceVersion read, so that an annotation read from a stale cache never
+// overwrites a newer record; a conflict retries the reconcile.
+func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[string]bool) error {
+	a := p.adapter
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(a, Finalizer)
+	if len(pods) == 0 {
+		delete(a.Annotations, v1alpha1.ScheduledPodsAnnotation)
+	} else {
+		if a.Annotations == nil {
+			a.Annotations = map[string]string{}
+		}
+		a.Annotations[v1alpha1.ScheduledPodsAnnotation] = strings.Join(slices.Sorted(maps.Keys(pods)), ",")
+	}
+	if err := r.client.Patch(ctx, a, patch); err != nil {
+		return err
+	}
+	p.scheduled = pods
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
@@ -27,13 +28,9 @@ import (
 // EndpointSlice write drops it), and is reloaded in the next pass, which also parks the
 // next one. A failed reload stops the rollout: the other pods keep serving the earlier
 // artifact while the failed one is retried with backoff.
-func (r *Reconciler) syncEngines(ctx context.Context, p *pass) error {
+func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 	if p.specErr != nil {
-		return nil
-	}
-	toUnload, err := r.podsToUnload(ctx, p)
-	if err != nil {
-		return err
+		return
 	}
 	c := &engineCalls{serving: map[string]bool{}}
 	for _, name := range p.adapter.Status.Instances {
@@ -42,7 +39,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) error {
 	for _, pod := range p.desired {
 		r.planLoad(ctx, p, c, pod)
 	}
-	for _, pod := range toUnload {
+	for _, pod := range p.toUnload {
 		r.planUnload(ctx, p, c, pod)
 	}
 	runBounded(c.jobs, r.opts.MaxParallelEngineCalls)
@@ -54,7 +51,6 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) error {
 		}
 	}
 	r.reportLoads(p.adapter, c)
-	return nil
 }
 
 // engineCalls collects the engine calls of one pass and what they did.
@@ -66,10 +62,13 @@ type engineCalls struct {
 	serving               map[string]bool // in the EndpointSlice, as of the last pass
 }
 
-// podsToUnload returns the live pods that may hold the adapter and are not desired, and
-// records in the pass the scheduled pods that provably do not hold it. Backoff entries of
-// pods that are gone or no longer chosen are dropped.
-func (r *Reconciler) podsToUnload(ctx context.Context, p *pass) ([]*corev1.Pod, error) {
+// findHolders finds the live pods that may hold the adapter and are not desired (to unload
+// this pass) and the recorded pods that provably do not hold it (to drop from the record).
+// Backoff entries of pods that are gone or no longer chosen are dropped.
+func (r *Reconciler) findHolders(ctx context.Context, p *pass) error {
+	if p.specErr != nil {
+		return nil
+	}
 	a := p.adapter
 	desired := map[string]bool{}
 	for _, pod := range p.desired {
@@ -77,13 +76,12 @@ func (r *Reconciler) podsToUnload(ctx context.Context, p *pass) ([]*corev1.Pod, 
 	}
 	holding, notHolding, err := r.holders(ctx, a, p.scheduled, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var toUnload []*corev1.Pod
 	unloadable := map[string]bool{}
 	for _, pod := range holding {
 		if !desired[pod.Name] {
-			toUnload = append(toUnload, pod)
+			p.toUnload = append(p.toUnload, pod)
 			unloadable[pod.Name] = true
 		}
 	}
@@ -94,7 +92,7 @@ func (r *Reconciler) podsToUnload(ctx context.Context, p *pass) ([]*corev1.Pod, 
 			p.notHolding = append(p.notHolding, name)
 		}
 	}
-	return toUnload, nil
+	return nil
 }
 
 // planLoad decides what one desired pod needs: nothing (it serves the current artifact), to
@@ -177,7 +175,7 @@ func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, po
 		defer c.mu.Unlock()
 		if err == nil {
 			r.backoff.succeeded(k)
-			p.notHolding = append(p.notHolding, pod.Name)
+			p.unloaded = append(p.unloaded, pod.Name)
 			return
 		}
 		_, wait := r.backoff.failed(k, r.clock.Now(), err)
@@ -204,9 +202,12 @@ func (r *Reconciler) advanceRollout(ctx context.Context, p *pass, outdated []*co
 }
 
 // reportLoads writes one event per pass for the loads and one for the reloads, not one per
-// pod: loading on N pods costs one API write, not N.
+// pod: loading on N pods costs one API write, not N. An adapter's first placement that goes
+// as planned gets no event: the status says it (Bound, with its transition time), and an
+// event would be a fifth API write on the way to Running (docs/performance.md). Loads after
+// that (scale-out, a lost instance replaced, success after failures) are events.
 func (r *Reconciler) reportLoads(a *v1alpha1.ModelAdapter, c *engineCalls) {
-	if len(c.newlyLoaded) > 0 {
+	if len(c.newlyLoaded) > 0 && !firstPlacement(a) {
 		slices.Sort(c.newlyLoaded)
 		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonLoaded, "Load", "Loaded and verified on %d pods: %s",
 			len(c.newlyLoaded), summarize(c.newlyLoaded, 10))
@@ -216,6 +217,17 @@ func (r *Reconciler) reportLoads(a *v1alpha1.ModelAdapter, c *engineCalls) {
 		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonReloaded, "Load", "Reloaded %s and verified on %d pods: %s",
 			a.Spec.ArtifactURL, len(c.reloaded), summarize(c.reloaded, 10))
 	}
+}
+
+// firstPlacement reports whether the adapter, as read at the start of the pass, has never
+// been loaded and no load of it has failed: its status has no instance and its Bound
+// condition, if any, says only that loading has not happened yet.
+func firstPlacement(a *v1alpha1.ModelAdapter) bool {
+	if len(a.Status.Instances) > 0 {
+		return false
+	}
+	c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionBound)
+	return c == nil || c.Reason == ReasonLoading
 }
 
 // givesUp reports whether a load failure makes the adapter Failed: the engine's answer says

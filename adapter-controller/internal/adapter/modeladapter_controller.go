@@ -231,15 +231,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.choosePods(ctx, p); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.findHolders(ctx, p); err != nil {
+		return reconcile.Result{}, err
+	}
 	// Before any engine call: the finalizer, and every pod a load may be sent to, recorded
 	// on the adapter, so that whenever the process dies every pod that may hold the adapter
 	// is known.
 	if err := r.recordPods(ctx, p); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.syncEngines(ctx, p); err != nil {
-		return reconcile.Result{}, err
-	}
+	r.syncEngines(ctx, p)
 	if err := r.forgetUnloadedPods(ctx, p); err != nil {
 		return reconcile.Result{}, err
 	}

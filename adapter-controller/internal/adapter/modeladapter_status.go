@@ -230,13 +230,16 @@ func failureMessage(p *pass) string {
 	return msg
 }
 
-// writeStatus writes the status once, only when it changed.
+// writeStatus writes the status once, only when it changed. The write is guarded by the
+// resourceVersion the pass read (or its own metadata write returned): status.instances is
+// the record of which pods hold the adapter, so a status computed from an older adapter
+// must not replace a newer one; a conflict retries the reconcile.
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 	st := computeStatus(p)
 	if equality.Semantic.DeepEqual(st, p.adapter.Status) {
 		return nil
 	}
-	patch := client.MergeFrom(p.adapter.DeepCopy())
+	patch := client.MergeFromWithOptions(p.adapter.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	p.adapter.Status = st
 	if err := r.client.Status().Patch(ctx, p.adapter, patch); err != nil {
 		if apierrors.IsNotFound(err) {

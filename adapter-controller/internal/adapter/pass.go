@@ -28,6 +28,10 @@ type pass struct {
 	policy        string
 	unknownPolicy bool
 
+	// findHolders
+	toUnload   []*corev1.Pod // live pods that may hold the adapter and are not desired
+	notHolding []string      // recorded pods that provably do not hold it (listed without it, gone)
+
 	// recordPods: the pods of the scheduled-pods annotation (updated when it is written)
 	scheduled map[string]bool
 
@@ -36,7 +40,7 @@ type pass struct {
 	artifacts   map[string]string   // instance -> the artifact URL it serves
 	failures    map[string]podError // pod -> last error of this pass or its backoff
 	failedHard  bool                // some pod reached the retry limit
-	notHolding  []string            // scheduled pods that provably do not hold the adapter
+	unloaded    []string            // pods this pass unloaded the adapter from
 	rollout     rollout
 	requeueIn   time.Duration
 	resourceErr error

@@ -6,6 +6,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -393,5 +395,128 @@ func TestEndpointSliceFamilyChangeReplaces(t *testing.T) {
 	}
 	if got.UID == old.UID || got.AddressType != discoveryv1.AddressTypeIPv4 || updates != 0 {
 		t.Fatalf("slice uid %s addressType %s after %d updates; want a new IPv4 slice, no update", got.UID, got.AddressType, updates)
+	}
+}
+
+// writeCounter counts the API writes a reconciler makes through a fake client.
+type writeCounter struct {
+	mu                                      sync.Mutex
+	metadataPatches, statusPatches, creates int
+	beforeStatusPatch                       func(ctx context.Context, c client.Client) // runs once, before the first status patch
+}
+
+func (w *writeCounter) funcs() interceptor.Funcs {
+	return interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*v1alpha1.ModelAdapter); ok {
+				w.mu.Lock()
+				w.metadataPatches++
+				w.mu.Unlock()
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			w.mu.Lock()
+			w.statusPatches++
+			hook := w.beforeStatusPatch
+			w.beforeStatusPatch = nil
+			w.mu.Unlock()
+			if hook != nil {
+				hook(ctx, c)
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			w.mu.Lock()
+			w.creates++
+			w.mu.Unlock()
+			return c.Create(ctx, obj, opts...)
+		},
+	}
+}
+
+func (w *writeCounter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%d metadata patches, %d status patches, %d creates", w.metadataPatches, w.statusPatches, w.creates)
+}
+
+// TestOneAdapterWritePerPass: the first pass of a new adapter on 3 pods, whose
+// scheduled-pods annotation names a pod that is gone (as after a crash), writes the adapter
+// twice — the record (finalizer, the 3 pods, the gone pod dropped) before the loads, the
+// status after — creates the Service and the EndpointSlice, and records no Event (its first
+// placement went as planned): 4 API writes to Running. The next pass writes nothing.
+// (Before: the gone pod was dropped by a second metadata patch after the engine calls, and a
+// "Loaded" Event was written: 6.)
+func TestOneAdapterWritePerPass(t *testing.T) {
+	eng := newFakeEngine()
+	a := testAdapter("lora")
+	a.Annotations = map[string]string{v1alpha1.ScheduledPodsAnnotation: "gone"}
+	var w writeCounter
+	r, c, rec := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), w.funcs(), append(readyPods(3), a)...)
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	cur := &v1alpha1.ModelAdapter{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.Phase != v1alpha1.ModelAdapterRunning || cur.Annotations[v1alpha1.ScheduledPodsAnnotation] != "p0,p1,p2" {
+		t.Fatalf("after one pass: phase %s, scheduled-pods %q", cur.Status.Phase, cur.Annotations[v1alpha1.ScheduledPodsAnnotation])
+	}
+	if got := w.String(); got != "1 metadata patches, 1 status patches, 2 creates" {
+		t.Errorf("writes of the first pass: %s, want 1 metadata patches, 1 status patches, 2 creates", got)
+	}
+	if n := len(rec.Events); n != 0 {
+		t.Errorf("%d events for a first placement that went as planned (%s), want none", n, <-rec.Events)
+	}
+	before := w.String()
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.String(); got != before {
+		t.Errorf("writes after a pass with nothing to do: %s, before it %s", got, before)
+	}
+}
+
+// TestStatusWriteGuarded: the status write carries the resourceVersion the pass read, so a
+// change of the adapter meanwhile fails it (Conflict, retried by the workqueue) instead of
+// replacing the status with one computed from an older adapter. (Before: the status patch
+// had no precondition and succeeded.)
+func TestStatusWriteGuarded(t *testing.T) {
+	eng := newFakeEngine()
+	a := testAdapter("lora")
+	w := writeCounter{beforeStatusPatch: func(ctx context.Context, c client.Client) {
+		cur := &v1alpha1.ModelAdapter{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "lora"}, cur); err != nil {
+			t.Error(err)
+			return
+		}
+		cur.Spec.Replicas = ptr.To[int32](1) // the user changes the spec during the pass
+		if err := c.Update(ctx, cur); err != nil {
+			t.Error(err)
+		}
+	}}
+	r, c, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), w.funcs(), append(readyPods(2), a)...)
+	_, err := reconcileAdapter(t, r, "lora")
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("reconcile with the adapter changed before its status write: %v, want a Conflict", err)
+	}
+	cur := &v1alpha1.ModelAdapter{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.Phase != "" {
+		t.Errorf("status written from the older adapter: phase %s, instances %v", cur.Status.Phase, cur.Status.Instances)
+	}
+	// The retry computes the status from the new spec.
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.DesiredReplicas != 1 || cur.Status.Conditions[0].ObservedGeneration != cur.Generation {
+		t.Errorf("after the retry: desired %d, observedGeneration %d of %d", cur.Status.DesiredReplicas, cur.Status.Conditions[0].ObservedGeneration, cur.Generation)
 	}
 }

@@ -95,15 +95,19 @@ func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, sche
 	return holding, notHolding, nil
 }
 
-// recordPods adds the finalizer and every desired pod to the scheduled-pods annotation
-// before any engine call, in one write, and only when something is missing. The first
-// reconcile of an adapter writes both at once, so recording costs no extra API write.
+// recordPods writes, before any engine call and in one write, the finalizer and the
+// scheduled-pods annotation: every desired pod added, the pods that provably do not hold the
+// adapter (listed without it, or gone) dropped. It writes only when something changes; the
+// first reconcile of an adapter writes both at once, so recording costs no extra API write.
 func (r *Reconciler) recordPods(ctx context.Context, p *pass) error {
 	want := maps.Clone(p.scheduled)
+	for _, name := range p.notHolding {
+		delete(want, name)
+	}
 	for _, pod := range p.desired {
 		want[pod.Name] = true
 	}
-	if controllerutil.ContainsFinalizer(p.adapter, Finalizer) && len(want) == len(p.scheduled) {
+	if controllerutil.ContainsFinalizer(p.adapter, Finalizer) && maps.Equal(want, p.scheduled) {
 		return nil
 	}
 	if err := r.writeScheduled(ctx, p, want); err != nil {
@@ -112,15 +116,17 @@ func (r *Reconciler) recordPods(ctx context.Context, p *pass) error {
 	return nil
 }
 
-// forgetUnloadedPods removes from the annotation the scheduled pods that are not desired and
-// provably do not hold the adapter (unloaded, listed without it, or gone).
+// forgetUnloadedPods removes from the annotation the pods this pass unloaded the adapter
+// from. It is the pass's second metadata write, and only passes that unload make it (a
+// scale-down, a move): the record of a pod must outlive the load on it, so it cannot be
+// dropped before the unload succeeded.
 func (r *Reconciler) forgetUnloadedPods(ctx context.Context, p *pass) error {
-	want := maps.Clone(p.scheduled)
-	for _, name := range p.notHolding {
-		delete(want, name)
+	if len(p.unloaded) == 0 {
+		return nil
 	}
-	for _, pod := range p.desired {
-		want[pod.Name] = true
+	want := maps.Clone(p.scheduled)
+	for _, name := range p.unloaded {
+		delete(want, name)
 	}
 	if maps.Equal(want, p.scheduled) {
 		return nil

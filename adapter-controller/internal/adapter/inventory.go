@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -47,10 +48,23 @@ type Inventory struct {
 	// annotation or status instances); strays are recorded loads whose adapter is gone.
 	recorded map[types.NamespacedName]map[string]bool
 	strays   map[types.NamespacedName]*strayLoads
+	// vacated are the addresses of pods forgotten while this process's verified loads were
+	// on them, by IP (see handOverVacated).
+	vacated map[string]*vacatedAddress
+}
+
+// vacatedAddress is what this process loaded at a pod address whose pod it stopped
+// tracking: gone, or recorded by no adapter any more, with loads still listed there.
+type vacatedAddress struct {
+	pod    types.NamespacedName
+	apiKey string
+	names  map[string]bool
+	polls  int // polls that found no pod at the address
 }
 
 type podInventory struct {
 	uid      types.UID
+	ip       string            // the pod's address when it was listed
 	ep       engine.Endpoint   // the endpoint of the last successful listing
 	adapters map[string]string // name -> path the engine reports ("" if none)
 	// artifacts are the artifact URLs this process loaded and verified, by adapter name,
@@ -85,6 +99,7 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 		pods:     map[types.NamespacedName]*podInventory{},
 		recorded: map[types.NamespacedName]map[string]bool{},
 		strays:   map[types.NamespacedName]*strayLoads{},
+		vacated:  map[string]*vacatedAddress{},
 	}
 	i.listings = newListings(i.list, func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64) {
 		i.recordListing(pod, ep, adapters, seq, false)
@@ -165,7 +180,7 @@ func (i *Inventory) recordListing(pod *corev1.Pod, ep engine.Endpoint, adapters 
 			}
 		}
 	}
-	i.pods[key] = &podInventory{uid: pod.UID, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq}
+	i.pods[key] = &podInventory{uid: pod.UID, ip: pod.Status.PodIP, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq}
 }
 
 // noteArtifact records the artifact a verified load put on the pod.
@@ -262,6 +277,10 @@ type pollTarget struct {
 	instanceOf []*v1alpha1.ModelAdapter // adapters expecting to be loaded there
 	keyOf      *v1alpha1.ModelAdapter   // an adapter recording the pod: its API key lists it
 	strays     bool                     // the pod may hold stray loads
+	// misplaced are the adapters with a load of this process on the pod that they do not
+	// record (the pod took the address of one they were loaded on): enqueued when the pod
+	// lists them, their reconcile unloads them.
+	misplaced map[string]*v1alpha1.ModelAdapter
 }
 
 // poll lists the adapters of every pod that some adapter records (as an instance or a
@@ -274,6 +293,9 @@ func (i *Inventory) poll(ctx context.Context) error {
 		return err
 	}
 	targets, exists, recorded := pollTargets(adapters.Items)
+	if err := i.handOverVacated(ctx); err != nil {
+		return err
+	}
 	i.noteStrays(targets, exists, recorded)
 
 	sem := semaphore.NewWeighted(int64(i.parallel))
@@ -309,7 +331,7 @@ func (i *Inventory) poll(ctx context.Context) error {
 
 // pollTargets returns, from every adapter, the pods to list (with what to check there), the
 // adapters that exist, and for each pod the adapters recording it.
-func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]bool, recorded map[types.NamespacedName]map[string]bool) {
+func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]*v1alpha1.ModelAdapter, recorded map[types.NamespacedName]map[string]bool) {
 	targets = map[types.NamespacedName]*pollTarget{}
 	target := func(key types.NamespacedName) *pollTarget {
 		if targets[key] == nil {
@@ -317,11 +339,11 @@ func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.Namespaced
 		}
 		return targets[key]
 	}
-	exists = map[types.NamespacedName]bool{}
+	exists = map[types.NamespacedName]*v1alpha1.ModelAdapter{}
 	recorded = map[types.NamespacedName]map[string]bool{}
 	for idx := range adapters {
 		a := &adapters[idx]
-		exists[client.ObjectKeyFromObject(a)] = true
+		exists[client.ObjectKeyFromObject(a)] = a
 		for pod := range recordedPods(a) {
 			key := types.NamespacedName{Namespace: a.Namespace, Name: pod}
 			if recorded[key] == nil {
@@ -343,9 +365,12 @@ func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.Namespaced
 	return targets, exists, recorded
 }
 
-// noteStrays updates the stray loads from this poll's adapters, marks the pods holding some
-// as targets to sweep, and forgets the pods no adapter is on any more.
-func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]bool, recorded map[types.NamespacedName]map[string]bool) {
+// noteStrays updates the stray loads from this poll's adapters and marks the pods holding
+// some as targets. A stray whose ModelAdapter exists is left to it: forgotten when the
+// adapter records the pod, else marked misplaced (its adapter is enqueued when the pod lists
+// it). The pods no adapter is on any more are forgotten, their addresses kept as vacated
+// while loads of this process were listed there.
+func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]*v1alpha1.ModelAdapter, recorded map[types.NamespacedName]map[string]bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	// A load recorded at the last poll whose adapter is gone now was never unloaded by a
@@ -353,7 +378,7 @@ func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exi
 	// it is not loaded.
 	for key, names := range i.recorded {
 		for name := range names {
-			if !exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
+			if exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] == nil {
 				ep := engine.Endpoint{}
 				if p := i.pods[key]; p != nil {
 					ep = p.ep
@@ -364,26 +389,99 @@ func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exi
 	}
 	i.recorded = recorded
 	for key, s := range i.strays {
+		t := targets[key]
+		if t == nil {
+			t = &pollTarget{}
+		}
 		for name := range s.names {
-			if exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] {
-				delete(s.names, name) // wanted again: its ModelAdapter decides
+			a := exists[types.NamespacedName{Namespace: key.Namespace, Name: name}]
+			switch {
+			case a == nil:
+			case recorded[key][name]:
+				delete(s.names, name) // its ModelAdapter records the pod and decides
+			default:
+				if t.misplaced == nil {
+					t.misplaced = map[string]*v1alpha1.ModelAdapter{}
+				}
+				t.misplaced[name] = a
 			}
 		}
 		if len(s.names) == 0 {
 			delete(i.strays, key)
 			continue
 		}
-		if targets[key] == nil {
-			targets[key] = &pollTarget{}
-		}
-		targets[key].strays = true
+		t.strays = true
+		targets[key] = t
 	}
-	for key := range i.pods {
-		if _, ok := targets[key]; !ok {
-			delete(i.pods, key)
+	for key, p := range i.pods {
+		if _, ok := targets[key]; ok {
+			continue
 		}
+		if len(p.artifacts) > 0 && p.ip != "" {
+			v := &vacatedAddress{pod: key, apiKey: p.ep.APIKey, names: map[string]bool{}}
+			for name := range p.artifacts {
+				v.names[name] = true
+			}
+			i.vacated[p.ip] = v
+		}
+		delete(i.pods, key)
 	}
 }
+
+// handOverVacated checks the vacated addresses. Pod addresses are reused: a pod that replaces
+// another can get its IP, and a load sent to the old pod just before it went (from a cache
+// that still showed it) reaches the new pod's engine, where no ModelAdapter records it. So
+// the loads this process verified at an address it stopped tracking become strays of the
+// pod that has the address now (the same pod too, if it is still there): the sweep unloads
+// those whose ModelAdapter is gone, the others are misplaced (noteStrays). An address no pod
+// has is dropped after a few polls: nothing answers there.
+func (i *Inventory) handOverVacated(ctx context.Context) error {
+	i.mu.Lock()
+	n := len(i.vacated)
+	i.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	var pods corev1.PodList // the cache's objects, read only
+	if err := i.reader.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	byIP := map[string][]*corev1.Pod{}
+	for idx := range pods.Items {
+		if pod := &pods.Items[idx]; pod.Status.PodIP != "" && pod.DeletionTimestamp == nil {
+			byIP[pod.Status.PodIP] = append(byIP[pod.Status.PodIP], pod)
+		}
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for ip, v := range i.vacated {
+		holders := byIP[ip]
+		if len(holders) == 0 {
+			if v.polls++; v.polls >= vacatedPolls {
+				delete(i.vacated, ip)
+			}
+			continue
+		}
+		for _, pod := range holders {
+			ep, err := engine.EndpointForPod(pod, v.apiKey)
+			if err != nil {
+				continue
+			}
+			names := slices.Sorted(maps.Keys(v.names))
+			klog.FromContext(ctx).V(2).Info("Checking the loads of a pod this controller stopped tracking on the pod at its address",
+				"pod", klog.KObj(pod), "previousPod", v.pod, "address", ip, "adapters", names)
+			for _, name := range names {
+				i.addStray(client.ObjectKeyFromObject(pod), ep, name)
+			}
+		}
+		delete(i.vacated, ip)
+	}
+	return nil
+}
+
+// vacatedPolls is how many polls an address no pod has is kept as vacated: long enough for
+// a replacement pod to reach the cache.
+const vacatedPolls = 3
 
 // pollPod lists one pod's engine, sweeps its stray loads, and enqueues the adapters whose
 // instance it is that it no longer lists.
@@ -394,7 +492,7 @@ func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 		return
 	}
 	if t.strays {
-		i.sweep(ctx, pod, ep, listed)
+		i.sweep(ctx, pod, ep, listed, t.misplaced)
 	}
 	for _, a := range t.instanceOf {
 		if !listed.has(a.Name) {
@@ -474,23 +572,41 @@ func (i *Inventory) forgetStrays(key types.NamespacedName) {
 }
 
 // sweep unloads, through ep (which just listed the pod), the stray loads of a pod that its
-// listing still shows, and forgets those it does not show.
-func (i *Inventory) sweep(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, l listed) {
+// listing still shows, and forgets those it does not show. A misplaced load (its ModelAdapter
+// exists) is not unloaded here: its adapter is enqueued, and its reconcile, which sees the
+// pod listing it, unloads it with its own retries and events.
+func (i *Inventory) sweep(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, l listed, misplaced map[string]*v1alpha1.ModelAdapter) {
 	key := client.ObjectKeyFromObject(pod)
 	i.mu.Lock()
 	s := i.strays[key]
 	var names []string
+	var enqueue []*v1alpha1.ModelAdapter
 	if s != nil {
 		for name := range s.names {
-			if l.has(name) {
-				names = append(names, name)
-			} else {
+			switch {
+			case !l.has(name):
 				delete(s.names, name)
+			case misplaced[name] != nil:
+				enqueue = append(enqueue, misplaced[name])
+			default:
+				names = append(names, name)
 			}
+		}
+		if len(s.names) == 0 {
+			delete(i.strays, key)
 		}
 	}
 	i.mu.Unlock()
 	log := klog.FromContext(ctx)
+	for _, a := range enqueue {
+		log.Info("An adapter this controller loaded is on a pod its ModelAdapter does not record (the pod took the address of one it was loaded on): enqueued to unload it",
+			"pod", klog.KObj(pod), "modeladapter", klog.KObj(a))
+		select {
+		case i.events <- event.GenericEvent{Object: a}:
+		case <-ctx.Done():
+			return
+		}
+	}
 	slices.Sort(names)
 	for _, name := range names {
 		if err := i.unloadStray(ctx, ep, name); err != nil {

@@ -616,3 +616,10 @@ func TestOlderListingNeverOverwrites(t *testing.T) {
 		t.Fatal("a listing that started before an unload brought the adapter back into the inventory")
 	}
 }
+
+// holds returns the adapters loaded on a host.
+func (f *fakeEngine) holds(host string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.loaded[host])
+}

@@ -520,3 +520,73 @@ func TestStatusWriteGuarded(t *testing.T) {
 		t.Errorf("after the retry: desired %d, observedGeneration %d of %d", cur.Status.DesiredReplicas, cur.Status.Conditions[0].ObservedGeneration, cur.Generation)
 	}
 }
+
+// TestLoadAtAReusedAddressIsUndone: pod addresses are reused. The adapter was loaded and
+// verified at 127.0.50.1 for p0; p0 is replaced by p9, of another model, which gets the same
+// address, so the load is now on p9's engine (as when a load reaches a pod that just took
+// the address of the pod it was sent to), where no ModelAdapter records it. The inventory
+// hands the address over to p9: while the adapter exists it is enqueued and its reconcile
+// unloads it from p9; once it is gone the inventory's sweep does. (Before: nothing ever
+// looked at p9, and the load stayed for good — the chaos soak's "engine holds an adapter no
+// ModelAdapter records on it".)
+func TestLoadAtAReusedAddressIsUndone(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("adapter deleted %v", deleted), func(t *testing.T) {
+			eng := newFakeEngine()
+			a := testAdapter("lora")
+			a.Spec.Replicas = ptr.To[int32](1)
+			pods := readyPods(1)
+			r, c, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), interceptor.Funcs{}, append(pods, a)...)
+			if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+				t.Fatal(err)
+			}
+			if got := eng.holds("127.0.50.1"); !slices.Contains(got, "lora") {
+				t.Fatalf("p0's engine holds %v after the first pass", got)
+			}
+			// p0 goes; p9, of another model, takes its address.
+			if err := c.Delete(t.Context(), pods[0]); err != nil {
+				t.Fatal(err)
+			}
+			p9 := readyPods(1)[0].(*corev1.Pod)
+			p9.Name, p9.UID, p9.Labels = "p9", "uid-p9", map[string]string{v1alpha1.ModelNameLabel: "other"}
+			if err := c.Create(t.Context(), p9); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+				t.Fatal(err)
+			}
+			if deleted {
+				if err := c.Delete(t.Context(), a); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), &v1alpha1.ModelAdapter{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("the deleted adapter: %v", err)
+				}
+			}
+			for range 3 { // forgotten at one poll, handed over at the next, swept or enqueued
+				if err := r.inventory.poll(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !deleted {
+				select {
+				case e := <-r.inventory.events:
+					if e.Object.GetName() != "lora" {
+						t.Fatalf("enqueued %s", e.Object.GetName())
+					}
+				default:
+					t.Fatalf("the adapter was not enqueued; p9's engine holds %v", eng.holds("127.0.50.1"))
+				}
+				if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := eng.holds("127.0.50.1"); slices.Contains(got, "lora") {
+				t.Fatalf("p9's engine still holds %v", got)
+			}
+		})
+	}
+}

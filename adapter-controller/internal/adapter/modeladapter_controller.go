@@ -152,6 +152,8 @@ type Reconciler struct {
 	aibrixWaits *reportedOnce
 	// prunedOnce: an outdated ModelAdapter CRD was reported.
 	prunedOnce sync.Once
+	// superseded: the adapter versions this process's own writes replaced.
+	superseded *supersededVersions
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -166,6 +168,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		deletions:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
 		slots:       semaphore.NewWeighted(int64(opts.MaxParallelEngineCalls)),
 		aibrixWaits: newReportedOnce(),
+		superseded:  newSupersededVersions(),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk, inventoryHooks{
 		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
@@ -207,10 +210,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.backoff.forgetAdapter(req.Namespace, req.Name)
 			r.deletions.forgetAdapter(req.Namespace, req.Name)
+			r.superseded.forget(req.NamespacedName)
 			forgetInstances(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
+	}
+	if r.superseded.stale(req.NamespacedName, a.ResourceVersion) {
+		// The cache has not caught up with this process's own write: its watch event
+		// enqueues the adapter again.
+		log.V(4).Info("Skipping a reconcile of an adapter version this process already replaced", "resourceVersion", a.ResourceVersion)
+		return reconcile.Result{}, nil
 	}
 	if st := r.opts.AIBrix.Check(ctx); st.Running {
 		r.waitForAIBrix(ctx, a, st)

@@ -241,12 +241,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 	}
 	patch := client.MergeFromWithOptions(p.adapter.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	p.adapter.Status = st
+	old := p.adapter.ResourceVersion
 	if err := r.client.Status().Patch(ctx, p.adapter, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("writing status: %w", err)
 	}
+	r.superseded.wrote(client.ObjectKeyFromObject(p.adapter), old)
 	if len(st.InstanceArtifacts) > 0 && len(p.adapter.Status.InstanceArtifacts) == 0 {
 		r.reportPrunedStatus(ctx, p.adapter)
 	}

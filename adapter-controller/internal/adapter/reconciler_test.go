@@ -590,3 +590,58 @@ func TestLoadAtAReusedAddressIsUndone(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnWriteNotYetCachedSkipped: a reconcile that reads from the cache an adapter version
+// this process's own write replaced (the watch has not delivered the write yet) writes
+// nothing; the write's watch event enqueues the adapter again. (Before: it computed the
+// status again from the old version and patched it, a wasted write that `make bench`
+// counted as 0.04–0.18 extra PATCHes per adapter.)
+func TestOwnWriteNotYetCachedSkipped(t *testing.T) {
+	eng := newFakeEngine()
+	a := testAdapter("lora")
+	var w writeCounter
+	var stale *v1alpha1.ModelAdapter // what a lagging cache returns
+	funcs := w.funcs()
+	funcs.Get = func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if m, ok := obj.(*v1alpha1.ModelAdapter); ok && stale != nil {
+			stale.DeepCopyInto(m)
+			return nil
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}
+	r, c, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), funcs, append(readyPods(2), a)...)
+	before := &v1alpha1.ModelAdapter{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	written := w.String()
+	stale = before
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.String(); got != written {
+		t.Errorf("writes after reading a version this process replaced: %s, after the first pass %s", got, written)
+	}
+	// A version someone else wrote is acted on.
+	stale = nil
+	cur := &v1alpha1.ModelAdapter{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Replicas = ptr.To[int32](1)
+	if err := c.Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.DesiredReplicas != 1 {
+		t.Errorf("after a spec change: desired %d, want 1", cur.Status.DesiredReplicas)
+	}
+}

@@ -152,9 +152,11 @@ func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[strin
 		}
 		a.Annotations[v1alpha1.ScheduledPodsAnnotation] = strings.Join(slices.Sorted(maps.Keys(pods)), ",")
 	}
+	old := a.ResourceVersion
 	if err := r.client.Patch(ctx, a, patch); err != nil {
 		return err
 	}
+	r.superseded.wrote(client.ObjectKeyFromObject(a), old)
 	p.scheduled = pods
 	return nil
 }

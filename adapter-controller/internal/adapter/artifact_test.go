@@ -70,7 +70,7 @@ func TestServedArtifact(t *testing.T) {
 				a.Status.Instances = []string{"p0"}
 			}
 			if tc.listed != nil {
-				r.inventory.record(pod, engine.Endpoint{}, []engine.Adapter{{Name: "lora", Path: *tc.listed}})
+				r.inventory.record(pod, []engine.Adapter{{Name: "lora", Path: *tc.listed}})
 			}
 			if tc.loadedNow != "" {
 				r.inventory.noteArtifact(pod, "lora", tc.loadedNow)

@@ -29,7 +29,7 @@ import (
 // next one. A failed reload stops the rollout: the other pods keep serving the earlier
 // artifact while the failed one is retried with backoff.
 func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
-	if p.specErr != nil {
+	if !p.specOK() {
 		return
 	}
 	c := &engineCalls{serving: map[string]bool{}}
@@ -66,7 +66,7 @@ type engineCalls struct {
 // this pass) and the recorded pods that provably do not hold it (to drop from the record).
 // Backoff entries of pods that are gone or no longer chosen are dropped.
 func (r *Reconciler) findHolders(ctx context.Context, p *pass) error {
-	if p.specErr != nil {
+	if !p.specOK() {
 		return nil
 	}
 	a := p.adapter

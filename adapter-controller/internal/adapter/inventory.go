@@ -152,8 +152,8 @@ func (i *Inventory) Count(pod *corev1.Pod) int {
 
 // record stores what the pod lists now, as the newest knowledge of it (tests, and callers
 // outside the listings).
-func (i *Inventory) record(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter) {
-	i.recordListing(pod, ep, adapters, i.listings.mark(), true)
+func (i *Inventory) record(pod *corev1.Pod, adapters []engine.Adapter) {
+	i.recordListing(pod, engine.Endpoint{}, adapters, i.listings.mark(), true)
 }
 
 // recordListing stores a successful listing of the pod made through ep, numbered seq when it

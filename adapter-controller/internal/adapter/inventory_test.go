@@ -34,10 +34,10 @@ func TestInventoryPodsListing(t *testing.T) {
 	pod := func(ns, name string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}}
 	}
-	inv.record(pod("a", "p0"), engine.Endpoint{}, adapters("lora", "other"))
-	inv.record(pod("a", "p1"), engine.Endpoint{}, adapters("other"))
-	inv.record(pod("a", "p2"), engine.Endpoint{}, adapters("lora"))
-	inv.record(pod("b", "p3"), engine.Endpoint{}, adapters("lora"))
+	inv.record(pod("a", "p0"), adapters("lora", "other"))
+	inv.record(pod("a", "p1"), adapters("other"))
+	inv.record(pod("a", "p2"), adapters("lora"))
+	inv.record(pod("b", "p3"), adapters("lora"))
 	inv.forgetAdapter(pod("a", "p2"), "lora")
 
 	tests := map[string]struct {

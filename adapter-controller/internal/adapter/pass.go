@@ -73,6 +73,10 @@ func newPass(a *v1alpha1.ModelAdapter) *pass {
 	return &pass{adapter: a, failures: map[string]podError{}, artifacts: map[string]string{}, scheduled: scheduledPods(a)}
 }
 
+// specOK reports whether the spec can be acted on: the steps after resolveSpec do nothing
+// otherwise, and the status reports specErr.
+func (p *pass) specOK() bool { return p.specErr == nil }
+
 func (p *pass) requeueAfter(d time.Duration) {
 	if d > 0 && (p.requeueIn == 0 || d < p.requeueIn) {
 		p.requeueIn = d

@@ -90,7 +90,7 @@ func hash(seed, name string) uint64 {
 // choosePods computes the candidates and the pods the adapter should be on. A failed pod
 // list is returned (retried by the workqueue), never reported as the adapter's state.
 func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
-	if p.specErr != nil {
+	if !p.specOK() {
 		return nil
 	}
 	a := p.adapter

@@ -49,7 +49,8 @@ func readyPods(n int) []client.Object {
 	return out
 }
 
-func testAdapter(name string) *v1alpha1.ModelAdapter {
+func testAdapter() *v1alpha1.ModelAdapter {
+	const name = "lora"
 	return &v1alpha1.ModelAdapter{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
 		Spec:       v1alpha1.ModelAdapterSpec{PodSelector: modelSelector, ArtifactURL: "huggingface://org/" + name},
@@ -77,7 +78,8 @@ func testReconciler(t *testing.T, eng engine.Client, clk clock.WithTicker, opts 
 	return r, c, rec
 }
 
-func reconcileAdapter(t *testing.T, r *Reconciler, name string) (reconcile.Result, error) {
+func reconcileAdapter(t *testing.T, r *Reconciler) (reconcile.Result, error) {
+	const name = "lora"
 	t.Helper()
 	return r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
 }
@@ -92,7 +94,7 @@ func TestDeletionRetriesFollowTheBackoff(t *testing.T) {
 	eng := newFakeEngine()
 	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
 	opts := DefaultOptions()
-	a := testAdapter("lora")
+	a := testAdapter()
 	a.Finalizers = []string{Finalizer}
 	a.Annotations = map[string]string{v1alpha1.ScheduledPodsAnnotation: "p0"}
 	a.Status.Instances = []string{"p0"}
@@ -121,7 +123,7 @@ func TestDeletionRetriesFollowTheBackoff(t *testing.T) {
 		if err := c.Update(t.Context(), pod); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		if _, err := reconcileAdapter(t, r); err != nil {
 			t.Fatal(err)
 		}
 		if !held() {
@@ -138,7 +140,7 @@ func TestDeletionRetriesFollowTheBackoff(t *testing.T) {
 	eng.unloadErr = nil
 	eng.mu.Unlock()
 	for range 10 {
-		if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+		if _, err := reconcileAdapter(t, r); err != nil {
 			t.Fatal(err)
 		}
 		if !held() {
@@ -162,7 +164,7 @@ func TestDeletionReleasedAfterTheMinimum(t *testing.T) {
 	eng := newFakeEngine()
 	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
 	opts := DefaultOptions()
-	a := testAdapter("lora")
+	a := testAdapter()
 	a.Finalizers = []string{Finalizer}
 	a.Status.Instances = []string{"p0"}
 	r, c, rec := testReconciler(t, eng, clk, opts, interceptor.Funcs{}, append(readyPods(1), a)...)
@@ -171,7 +173,7 @@ func TestDeletionReleasedAfterTheMinimum(t *testing.T) {
 	}
 	start := clk.Now()
 	for {
-		res, err := reconcileAdapter(t, r, "lora")
+		res, err := reconcileAdapter(t, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +234,7 @@ func TestTransientAPIErrorsAreRetried(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			a := testAdapter("lora")
+			a := testAdapter()
 			if tc.mutate != nil {
 				tc.mutate(a)
 			}
@@ -243,7 +245,7 @@ func TestTransientAPIErrorsAreRetried(t *testing.T) {
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			}
 			r, c, _ := testReconciler(t, newFakeEngine(), clock.RealClock{}, DefaultOptions(), funcs, append(readyPods(1), a)...)
-			_, err := reconcileAdapter(t, r, "lora")
+			_, err := reconcileAdapter(t, r)
 			if !apierrors.IsServiceUnavailable(err) {
 				t.Fatalf("Reconcile error = %v, want the API error for a rate-limited retry", err)
 			}
@@ -265,15 +267,15 @@ func TestNoGoroutineWithoutAnEngineSlot(t *testing.T) {
 	eng := newFakeEngine()
 	eng.loadGate = make(chan struct{})
 	opts := DefaultOptions()
-	r, _, _ := testReconciler(t, eng, clock.RealClock{}, opts, interceptor.Funcs{}, append(readyPods(pods), testAdapter("lora"))...)
+	r, _, _ := testReconciler(t, eng, clock.RealClock{}, opts, interceptor.Funcs{}, append(readyPods(pods), testAdapter())...)
 	// The first reconcile records the pods (no engine call before), a listing of each pod
 	// comes first where nothing is known: let the inventory know the pods are empty.
 	for _, o := range readyPods(pods) {
-		r.inventory.record(o.(*corev1.Pod), engine.Endpoint{}, nil)
+		r.inventory.record(o.(*corev1.Pod), nil)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := reconcileAdapter(t, r, "lora")
+		_, err := reconcileAdapter(t, r)
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -343,7 +345,7 @@ func TestDesiredEndpointSlices(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v4, v6 := desiredEndpointSlices(testAdapter("lora"), tc.pods, 8000)
+			v4, v6 := desiredEndpointSlices(testAdapter(), tc.pods, 8000)
 			if v4.Name != "lora" || v4.AddressType != discoveryv1.AddressTypeIPv4 || v6.Name != "lora-ipv6" || v6.AddressType != discoveryv1.AddressTypeIPv6 {
 				t.Fatalf("slices %s/%s %s/%s", v4.Name, v4.AddressType, v6.Name, v6.AddressType)
 			}
@@ -361,7 +363,7 @@ func TestDesiredEndpointSlices(t *testing.T) {
 // addressType (an earlier release named its one slice after the adapter whatever the family)
 // is deleted and created anew, never updated (addressType is immutable).
 func TestEndpointSliceFamilyChangeReplaces(t *testing.T) {
-	a := testAdapter("lora")
+	a := testAdapter()
 	a.UID = "uid-lora"
 	old := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lora", UID: "uid-old",
@@ -386,7 +388,7 @@ func TestEndpointSliceFamilyChangeReplaces(t *testing.T) {
 		},
 	}
 	r, c, _ := testReconciler(t, newFakeEngine(), clock.RealClock{}, DefaultOptions(), funcs, append(readyPods(1), a, old)...)
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	got := &discoveryv1.EndpointSlice{}
@@ -450,11 +452,11 @@ func (w *writeCounter) String() string {
 // "Loaded" Event was written: 6.)
 func TestOneAdapterWritePerPass(t *testing.T) {
 	eng := newFakeEngine()
-	a := testAdapter("lora")
+	a := testAdapter()
 	a.Annotations = map[string]string{v1alpha1.ScheduledPodsAnnotation: "gone"}
 	var w writeCounter
 	r, c, rec := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), w.funcs(), append(readyPods(3), a)...)
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	cur := &v1alpha1.ModelAdapter{}
@@ -471,7 +473,7 @@ func TestOneAdapterWritePerPass(t *testing.T) {
 		t.Errorf("%d events for a first placement that went as planned (%s), want none", n, <-rec.Events)
 	}
 	before := w.String()
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.String(); got != before {
@@ -485,7 +487,7 @@ func TestOneAdapterWritePerPass(t *testing.T) {
 // had no precondition and succeeded.)
 func TestStatusWriteGuarded(t *testing.T) {
 	eng := newFakeEngine()
-	a := testAdapter("lora")
+	a := testAdapter()
 	w := writeCounter{beforeStatusPatch: func(ctx context.Context, c client.Client) {
 		cur := &v1alpha1.ModelAdapter{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "lora"}, cur); err != nil {
@@ -498,7 +500,7 @@ func TestStatusWriteGuarded(t *testing.T) {
 		}
 	}}
 	r, c, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), w.funcs(), append(readyPods(2), a)...)
-	_, err := reconcileAdapter(t, r, "lora")
+	_, err := reconcileAdapter(t, r)
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("reconcile with the adapter changed before its status write: %v, want a Conflict", err)
 	}
@@ -510,7 +512,7 @@ func TestStatusWriteGuarded(t *testing.T) {
 		t.Errorf("status written from the older adapter: phase %s, instances %v", cur.Status.Phase, cur.Status.Instances)
 	}
 	// The retry computes the status from the new spec.
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {
@@ -533,11 +535,11 @@ func TestLoadAtAReusedAddressIsUndone(t *testing.T) {
 	for _, deleted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("adapter deleted %v", deleted), func(t *testing.T) {
 			eng := newFakeEngine()
-			a := testAdapter("lora")
+			a := testAdapter()
 			a.Spec.Replicas = ptr.To[int32](1)
 			pods := readyPods(1)
 			r, c, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), interceptor.Funcs{}, append(pods, a)...)
-			if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+			if _, err := reconcileAdapter(t, r); err != nil {
 				t.Fatal(err)
 			}
 			if got := eng.holds("127.0.50.1"); !slices.Contains(got, "lora") {
@@ -552,14 +554,14 @@ func TestLoadAtAReusedAddressIsUndone(t *testing.T) {
 			if err := c.Create(t.Context(), p9); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+			if _, err := reconcileAdapter(t, r); err != nil {
 				t.Fatal(err)
 			}
 			if deleted {
 				if err := c.Delete(t.Context(), a); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+				if _, err := reconcileAdapter(t, r); err != nil {
 					t.Fatal(err)
 				}
 				if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), &v1alpha1.ModelAdapter{}); !apierrors.IsNotFound(err) {
@@ -580,7 +582,7 @@ func TestLoadAtAReusedAddressIsUndone(t *testing.T) {
 				default:
 					t.Fatalf("the adapter was not enqueued; p9's engine holds %v", eng.holds("127.0.50.1"))
 				}
-				if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+				if _, err := reconcileAdapter(t, r); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -598,7 +600,7 @@ func TestLoadAtAReusedAddressIsUndone(t *testing.T) {
 // counted as 0.04–0.18 extra PATCHes per adapter.)
 func TestOwnWriteNotYetCachedSkipped(t *testing.T) {
 	eng := newFakeEngine()
-	a := testAdapter("lora")
+	a := testAdapter()
 	var w writeCounter
 	var stale *v1alpha1.ModelAdapter // what a lagging cache returns
 	funcs := w.funcs()
@@ -614,12 +616,12 @@ func TestOwnWriteNotYetCachedSkipped(t *testing.T) {
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), before); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	written := w.String()
 	stale = before
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.String(); got != written {
@@ -635,7 +637,7 @@ func TestOwnWriteNotYetCachedSkipped(t *testing.T) {
 	if err := c.Update(t.Context(), cur); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reconcileAdapter(t, r, "lora"); err != nil {
+	if _, err := reconcileAdapter(t, r); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(a), cur); err != nil {

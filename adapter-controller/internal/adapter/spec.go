@@ -39,7 +39,7 @@ func selectorOf(a *v1alpha1.ModelAdapter) (labels.Selector, error) {
 func (r *Reconciler) resolveSpec(ctx context.Context, p *pass) error {
 	if _, err := selectorOf(p.adapter); err != nil {
 		p.specErr, p.specReason = err, ReasonInvalidSpec
-		return nil
+		return nil //nolint:nilerr // an unusable spec is reported in the status, not retried
 	}
 	key, creds, err := r.credentials(ctx, p.adapter)
 	var missing secretMissingError

@@ -36,11 +36,10 @@ func (s *supersededVersions) wrote(key types.NamespacedName, old string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := append(s.versions[key], old)
-	if len(v) > maxSuperseded {
-		v = v[len(v)-maxSuperseded:]
+	s.versions[key] = append(s.versions[key], old)
+	if v := s.versions[key]; len(v) > maxSuperseded {
+		s.versions[key] = v[len(v)-maxSuperseded:]
 	}
-	s.versions[key] = v
 }
 
 // stale reports whether version of the adapter is one this process's writes replaced.

@@ -56,10 +56,6 @@ func isUnreachable(err error) bool {
 			return true
 		}
 	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	var dnsErr *net.DNSError
-	return errors.As(err, &dnsErr)
+	var netErr net.Error // *net.DNSError and *net.OpError among them
+	return errors.As(err, &netErr)
 }

@@ -84,18 +84,24 @@ func reconcileAdapter(t *testing.T, r *Reconciler) (reconcile.Result, error) {
 	return r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
 }
 
+// unreachableAdapter returns a fake clock, an engine whose unloads fail as unreachable, the
+// default options and an adapter holding our finalizer: the start of the deletion tests.
+func unreachableAdapter() (*clocktesting.FakeClock, *fakeEngine, Options, *v1alpha1.ModelAdapter) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	eng := newFakeEngine()
+	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
+	a := testAdapter()
+	a.Finalizers = []string{Finalizer}
+	return clk, eng, DefaultOptions(), a
+}
+
 // TestDeletionRetriesFollowTheBackoff: the engines of a deleting adapter are unreachable
 // while its pods' labels change every 200 ms, each change enqueueing it. Attempts happen only
 // when the deletion backoff has expired, so the finalizer is not released before the
 // documented minimum (MinDeletionWait: 15 s with the defaults), whatever the events; once
 // the engines answer again, the adapter is unloaded and then released.
 func TestDeletionRetriesFollowTheBackoff(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
-	eng := newFakeEngine()
-	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
-	opts := DefaultOptions()
-	a := testAdapter()
-	a.Finalizers = []string{Finalizer}
+	clk, eng, opts, a := unreachableAdapter()
 	a.Annotations = map[string]string{v1alpha1.ScheduledPodsAnnotation: "p0"}
 	a.Status.Instances = []string{"p0"}
 	objs := append(readyPods(1), a)
@@ -160,12 +166,7 @@ func TestDeletionRetriesFollowTheBackoff(t *testing.T) {
 // released after the retry limit and not before the minimum wait, with an UnloadAbandoned
 // event.
 func TestDeletionReleasedAfterTheMinimum(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
-	eng := newFakeEngine()
-	eng.unloadErr = &engine.Error{Reason: engine.ReasonEngineUnreachable, Op: engine.OpUnload, Retryable: true, Message: "connection refused"}
-	opts := DefaultOptions()
-	a := testAdapter()
-	a.Finalizers = []string{Finalizer}
+	clk, eng, opts, a := unreachableAdapter()
 	a.Status.Instances = []string{"p0"}
 	r, c, rec := testReconciler(t, eng, clk, opts, interceptor.Funcs{}, append(readyPods(1), a)...)
 	if err := c.Delete(t.Context(), a); err != nil {

@@ -267,10 +267,23 @@ func runBounded(jobs []func(), limit int) {
 	wg.Wait()
 }
 
-// acquire takes one of the global engine call slots.
+// acquire takes one of the global engine call slots (loads and unloads).
 func (r *Reconciler) acquire(ctx context.Context) error { return r.slots.Acquire(ctx, 1) }
 
 func (r *Reconciler) release() { r.slots.Release(1) }
+
+// inventoryHooks connect the inventory to the reconciler's credentials and slots.
+func (r *Reconciler) inventoryHooks() inventoryHooks {
+	return inventoryHooks{
+		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
+			key, _, err := r.credentials(ctx, a)
+			return key, err
+		},
+		acquire: r.acquire, release: r.release,
+		acquireList: func(ctx context.Context) error { return r.listSlots.Acquire(ctx, 1) },
+		releaseList: func() { r.listSlots.Release(1) },
+	}
+}
 
 // load loads the adapter on one pod and verifies that the engine lists it. With replace, an
 // earlier artifact is loaded there: vLLM replaces it in place (load_inplace); other engines,

@@ -37,10 +37,11 @@ type Inventory struct {
 	clock    clock.WithTicker
 	apiKey   func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
 	events   chan event.GenericEvent
-	// acquire and release bound each engine call with the reconciler's slots.
-	acquire  func(ctx context.Context) error
-	release  func()
-	listings *listings
+	// acquire and release bound each unload with the reconciler's engine call slots,
+	// acquireList and releaseList each listing with its listing slots.
+	acquire, acquireList func(ctx context.Context) error
+	release, releaseList func()
+	listings             *listings
 
 	mu   sync.Mutex
 	pods map[types.NamespacedName]*podInventory
@@ -85,9 +86,9 @@ type strayLoads struct {
 
 // inventoryHooks connect the inventory to the reconciler.
 type inventoryHooks struct {
-	apiKey  func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
-	acquire func(ctx context.Context) error
-	release func()
+	apiKey               func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
+	acquire, acquireList func(ctx context.Context) error
+	release, releaseList func()
 }
 
 // NewInventory returns an inventory polling every period with at most parallel requests.
@@ -95,6 +96,7 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 	i := &Inventory{
 		engine: c, reader: reader, period: period, parallel: max(parallel, 1), clock: clk,
 		apiKey: hooks.apiKey, acquire: hooks.acquire, release: hooks.release,
+		acquireList: hooks.acquireList, releaseList: hooks.releaseList,
 		events:   make(chan event.GenericEvent, 1024),
 		pods:     map[types.NamespacedName]*podInventory{},
 		recorded: map[types.NamespacedName]map[string]bool{},
@@ -245,12 +247,12 @@ func (i *Inventory) Refresh(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 	return i.listings.get(ctx, pod, ep, i.listings.mark())
 }
 
-// list makes one engine call within an engine call slot.
+// list makes one engine call within a listing slot.
 func (i *Inventory) list(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error) {
-	if err := i.acquire(ctx); err != nil {
+	if err := i.acquireList(ctx); err != nil {
 		return nil, err
 	}
-	defer i.release()
+	defer i.releaseList()
 	return i.engine.ListAdapters(ctx, ep)
 }
 

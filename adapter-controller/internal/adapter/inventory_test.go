@@ -92,13 +92,12 @@ func TestPollReadsEachAPIKeyOnce(t *testing.T) {
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	f := newFakeEngine()
 	var reads atomic.Int32
-	inv := NewInventory(f, reader, time.Minute, 4, clock.RealClock{}, inventoryHooks{
-		apiKey: func(context.Context, *v1alpha1.ModelAdapter) (string, error) {
-			reads.Add(1)
-			return "key", nil
-		},
-		acquire: func(context.Context) error { return nil }, release: func() {},
-	})
+	hooks := unboundedHooks()
+	hooks.apiKey = func(context.Context, *v1alpha1.ModelAdapter) (string, error) {
+		reads.Add(1)
+		return "key", nil
+	}
+	inv := NewInventory(f, reader, time.Minute, 4, clock.RealClock{}, hooks)
 	if err := inv.poll(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -42,8 +42,9 @@ type fakeEngine struct {
 	lists       int
 	listsByKey  map[string]int // API key -> lists
 	running     int            // lists in flight
-	calls       int            // calls of any kind in flight
-	maxCalls    int
+	maxRunning  int
+	loading     int // loads in flight
+	maxLoading  int
 	cancelled   int // lists whose context ended before they were answered
 	listStarted chan struct{}
 }
@@ -54,22 +55,16 @@ func newFakeEngine() *fakeEngine {
 	return &fakeEngine{loaded: map[string][]string{}, listsByKey: map[string]int{}, listStarted: make(chan struct{}, 1000)}
 }
 
-func (f *fakeEngine) enter() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	f.maxCalls = max(f.maxCalls, f.calls)
-}
-
-func (f *fakeEngine) exit() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls--
-}
-
 func (f *fakeEngine) Load(ctx context.Context, ep engine.Endpoint, req engine.LoadRequest) error {
-	f.enter()
-	defer f.exit()
+	f.mu.Lock()
+	f.loading++
+	f.maxLoading = max(f.maxLoading, f.loading)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.loading--
+		f.mu.Unlock()
+	}()
 	time.Sleep(f.delay)
 	if f.loadGate != nil {
 		select {
@@ -99,12 +94,11 @@ func (f *fakeEngine) Unload(_ context.Context, ep engine.Endpoint, name string) 
 }
 
 func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]engine.Adapter, error) {
-	f.enter()
-	defer f.exit()
 	f.mu.Lock()
 	f.lists++
 	f.listsByKey[ep.APIKey]++
 	f.running++
+	f.maxRunning = max(f.maxRunning, f.running)
 	names := slices.Clone(f.loaded[ep.Host])
 	f.mu.Unlock()
 	select {
@@ -219,9 +213,13 @@ func receive(t *testing.T, what string, ch <-chan result) result {
 }
 
 func newTestInventory(f *fakeEngine) *Inventory {
-	return NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{
-		acquire: func(context.Context) error { return nil }, release: func() {},
-	})
+	return NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, unboundedHooks())
+}
+
+// unboundedHooks are inventory hooks without engine call or listing slots.
+func unboundedHooks() inventoryHooks {
+	none := func(context.Context) error { return nil }
+	return inventoryHooks{acquire: none, release: func() {}, acquireList: none, releaseList: func() {}}
 }
 
 func TestListingsShareConcurrentCallers(t *testing.T) {
@@ -511,21 +509,23 @@ func TestListingsVerifyEveryLoad(t *testing.T) {
 	})
 }
 
-// TestLoadSharesVerificationWithinSlots: with one engine call slot, many loads onto the
-// same pods complete (a verification waiting for a shared listing holds no slot the listing
-// needs), never exceed the slot, share their verifications, and a lying engine is caught.
+// TestLoadSharesVerificationWithinSlots: with four engine call slots and one listing slot,
+// many loads onto the same pods complete (a verification waiting for a shared listing holds
+// no slot), never exceed either bound, share their verifications (loads finish faster than
+// the one listing slot lists), and a lying engine is caught.
 func TestLoadSharesVerificationWithinSlots(t *testing.T) {
-	newReconciler := func(f *fakeEngine, slots int) *Reconciler {
-		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: semaphore.NewWeighted(int64(slots))}
-		r.inventory = NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{acquire: r.acquire, release: r.release})
+	newReconciler := func(f *fakeEngine, slots, listSlots int) *Reconciler {
+		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: semaphore.NewWeighted(int64(slots)),
+			listSlots: semaphore.NewWeighted(int64(listSlots))}
+		r.inventory = NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, r.inventoryHooks())
 		return r
 	}
 	pods := []*corev1.Pod{fakePod("p0", "127.0.40.1"), fakePod("p1", "127.0.40.2")}
 
-	t.Run("one slot", func(t *testing.T) {
+	t.Run("four load slots, one listing slot", func(t *testing.T) {
 		f := newFakeEngine()
 		f.delay = time.Millisecond
-		r := newReconciler(f, 1)
+		r := newReconciler(f, 4, 1)
 		const adapters = 16
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
@@ -547,10 +547,11 @@ func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 		for err := range errs {
 			t.Error(err)
 		}
-		loads, lists, maxCalls := f.count(&f.loads), f.count(&f.lists), f.count(&f.maxCalls)
-		t.Logf("%d loads verified with %d list calls, at most %d engine calls at once", loads, lists, maxCalls)
-		if maxCalls > 1 {
-			t.Errorf("%d engine calls at once, want at most the 1 slot", maxCalls)
+		loads, lists := f.count(&f.loads), f.count(&f.lists)
+		maxLoading, maxListing := f.count(&f.maxLoading), f.count(&f.maxRunning)
+		t.Logf("%d loads verified with %d list calls, at most %d loads and %d lists at once", loads, lists, maxLoading, maxListing)
+		if maxLoading > 4 || maxListing > 1 {
+			t.Errorf("%d loads and %d lists at once, want at most 4 and 1 (the slots)", maxLoading, maxListing)
 		}
 		if lists >= loads {
 			t.Errorf("%d list calls for %d loads, want fewer", lists, loads)
@@ -560,7 +561,7 @@ func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 	t.Run("lying engine", func(t *testing.T) {
 		f := newFakeEngine()
 		f.lie = true
-		r := newReconciler(f, 4)
+		r := newReconciler(f, 4, 4)
 		a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
 			Spec: v1alpha1.ModelAdapterSpec{ArtifactURL: "hf://org/repo"}}
 		err := r.load(t.Context(), a, pods[0], newPass(a), false)

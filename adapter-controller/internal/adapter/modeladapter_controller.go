@@ -73,8 +73,13 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// InventoryPeriod is how often each engine pod is asked for its adapters.
 	InventoryPeriod time.Duration
-	// MaxParallelEngineCalls bounds load/unload/list calls in flight across all adapters.
+	// MaxParallelEngineCalls bounds load and unload calls in flight across all adapters.
 	MaxParallelEngineCalls int
+	// MaxParallelEngineListings bounds GET /v1/models calls in flight (load verifications
+	// and the inventory poll). Listings have slots of their own: a listing is a read of the
+	// engine's adapter table, and when verifications took load slots they halved the load
+	// rate of a busy controller (docs/performance.md, "Issue 24").
+	MaxParallelEngineListings int
 	// RetryLimit is the number of failed loads on a pod after which the adapter is Failed
 	// (retries continue at the maximum backoff).
 	RetryLimit int
@@ -94,13 +99,14 @@ type Options struct {
 // DefaultOptions returns production defaults.
 func DefaultOptions() Options {
 	return Options{
-		MaxConcurrentReconciles: 16,
-		InventoryPeriod:         30 * time.Second,
-		MaxParallelEngineCalls:  32,
-		RetryLimit:              5,
-		BaseBackoff:             time.Second,
-		MaxBackoff:              2 * time.Minute,
-		DeletionRetryLimit:      5,
+		MaxConcurrentReconciles:   16,
+		InventoryPeriod:           30 * time.Second,
+		MaxParallelEngineCalls:    32,
+		MaxParallelEngineListings: 32,
+		RetryLimit:                5,
+		BaseBackoff:               time.Second,
+		MaxBackoff:                2 * time.Minute,
+		DeletionRetryLimit:        5,
 	}
 }
 
@@ -127,6 +133,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--inventory-period must be at least 1s, got %s", o.InventoryPeriod)
 	case o.MaxParallelEngineCalls < 1:
 		return fmt.Errorf("--max-parallel-engine-calls must be at least 1, got %d", o.MaxParallelEngineCalls)
+	case o.MaxParallelEngineListings < 1:
+		return fmt.Errorf("--max-parallel-engine-listings must be at least 1, got %d", o.MaxParallelEngineListings)
 	case o.RetryLimit < 1 || o.DeletionRetryLimit < 1:
 		return fmt.Errorf("retry limits must be at least 1, got %d and %d", o.RetryLimit, o.DeletionRetryLimit)
 	case o.BaseBackoff <= 0 || o.MaxBackoff < o.BaseBackoff:
@@ -145,7 +153,8 @@ type Reconciler struct {
 	opts      Options
 	inventory *Inventory
 	backoff   *backoffs
-	slots     *semaphore.Weighted // engine calls in flight, all adapters together
+	slots     *semaphore.Weighted // engine load and unload calls in flight, all adapters together
+	listSlots *semaphore.Weighted // engine listings in flight
 	deletions *backoffs
 	// aibrixWaits: the adapters told (Warning event) that they wait for AIBrix's
 	// controllers to stop, while they run.
@@ -167,16 +176,11 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		backoff:     newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
 		deletions:   newBackoffs(opts.BaseBackoff, opts.MaxBackoff, clk),
 		slots:       semaphore.NewWeighted(int64(opts.MaxParallelEngineCalls)),
+		listSlots:   semaphore.NewWeighted(int64(opts.MaxParallelEngineListings)),
 		aibrixWaits: newReportedOnce(),
 		superseded:  newSupersededVersions(),
 	}
-	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineCalls, clk, inventoryHooks{
-		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
-			key, _, err := r.credentials(ctx, a)
-			return key, err
-		},
-		acquire: r.acquire, release: r.release,
-	})
+	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())
 	RegisterMetrics()
 	adaptersByPhase.setReader(c)
 	return r

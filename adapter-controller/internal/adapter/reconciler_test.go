@@ -280,9 +280,9 @@ func TestNoGoroutineWithoutAnEngineSlot(t *testing.T) {
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for eng.count(&eng.calls) < opts.MaxParallelEngineCalls {
+	for eng.count(&eng.loading) < opts.MaxParallelEngineCalls {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d loads in flight after 30s, want %d", eng.count(&eng.calls), opts.MaxParallelEngineCalls)
+			t.Fatalf("%d loads in flight after 30s, want %d", eng.count(&eng.loading), opts.MaxParallelEngineCalls)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

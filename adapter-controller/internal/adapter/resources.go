@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/shared/objmeta"
 )
 
 // enginePort is the port of the adapter's Service: the engine port of its first instance
@@ -122,7 +123,7 @@ func (r *Reconciler) ensureOwned(ctx context.Context, p *pass, o owned) (ok bool
 	case !metav1.IsControlledBy(o.have, a):
 		p.resourceReason, p.resourceMsg = ReasonServiceConflict, fmt.Sprintf("%s %s exists and is not owned by this adapter", o.kind, o.want.GetName())
 		return false, nil
-	case o.upToDate() && hasLabels(o.have, o.want.GetLabels()):
+	case o.upToDate() && objmeta.HasAll(o.have.GetLabels(), o.want.GetLabels()):
 		return true, nil
 	case o.immutable != nil && o.immutable():
 		// Replaced: deleted (that very object, by UID) and created as wanted.
@@ -161,16 +162,6 @@ func (r *Reconciler) deleteOwned(ctx context.Context, a *v1alpha1.ModelAdapter, 
 	}
 	uid := obj.GetUID()
 	return client.IgnoreNotFound(r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}))
-}
-
-// hasLabels reports whether obj carries every label of want.
-func hasLabels(obj client.Object, want map[string]string) bool {
-	for k, v := range want {
-		if obj.GetLabels()[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func desiredService(a *v1alpha1.ModelAdapter, port int32) *corev1.Service {

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -96,12 +95,7 @@ func (o *Options) Validate() error {
 }
 
 // Scheme holds the types the binary reads and writes.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return app.NewScheme() }
 
 // PodSelector scopes the Pod cache to model pods, so memory grows with model pods only.
 func PodSelector() labels.Selector {

@@ -23,9 +23,8 @@ import (
 // It runs on the gated manager, so it starts only after every cache has synced, and only on
 // the leader. It never deletes anything itself: the reconciler decides from synced caches.
 type garbageCollector struct {
-	r      *RouteReconciler
-	out    chan<- event.TypedGenericEvent[Key]
-	opened <-chan struct{}
+	r   *RouteReconciler
+	out chan<- event.TypedGenericEvent[Key]
 }
 
 var (
@@ -39,13 +38,6 @@ func (g *garbageCollector) NeedLeaderElection() bool { return true }
 // Start enqueues every key once and returns.
 func (g *garbageCollector) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("router-gc")
-	if g.opened != nil {
-		select {
-		case <-g.opened:
-		case <-ctx.Done():
-			return nil
-		}
-	}
 	// Cache reads after sync do not fail in practice; if they do, retry until they work or
 	// the manager stops. The watches enqueue every object meanwhile; only the sweep waits.
 	var (

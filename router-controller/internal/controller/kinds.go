@@ -139,17 +139,25 @@ func isServiceRef(ref gatewayv1.BackendObjectReference) bool {
 	return (ref.Group == nil || *ref.Group == "") && (ref.Kind == nil || *ref.Kind == "Service")
 }
 
+// skippedKind returns why the gate skipped an optional kind (its API is not served), and nil
+// for a kind that has a cache: every required kind, and an optional kind the gate synced. The
+// declared cache refuses skipped kinds without creating informers, so asking is free.
+func skippedKind(ctx context.Context, informers informerGetter, k SourceKind) error {
+	if !k.Optional {
+		return nil
+	}
+	_, err := informers.GetInformer(ctx, k.Object(), cache.BlockUntilSynced(false))
+	return err
+}
+
 // registerIndexes adds the field indexes; they must be added before the manager starts.
 // Optional kinds whose API is not served (skipped by the gate) get no index.
 func registerIndexes(ctx context.Context, log logr.Logger, declared informerGetter, indexer client.FieldIndexer, kinds []sourceKind) error {
 	for i := range kinds {
 		k := &kinds[i]
-		if k.Optional {
-			// The declared cache refuses kinds the gate skipped, without creating informers.
-			if _, err := declared.GetInformer(ctx, k.Object(), cache.BlockUntilSynced(false)); err != nil {
-				log.V(2).Info("Not indexing optional source kind", "kind", k.String(), "reason", err.Error())
-				continue
-			}
+		if err := skippedKind(ctx, declared, k.SourceKind); err != nil {
+			log.V(2).Info("Not indexing optional source kind", "kind", k.String(), "reason", err.Error())
+			continue
 		}
 		if err := indexer.IndexField(ctx, k.Object(), sourceIndex, sourceIndexValues(k.GVK.Kind)); err != nil {
 			if k.Optional {

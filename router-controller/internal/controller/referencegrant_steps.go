@@ -61,18 +61,21 @@ func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string)
 	log := ctrl.LoggerFrom(ctx)
 	var errs []error
 	wanted := map[string]bool{}
+	ours := make(map[string]*gatewayv1beta1.ReferenceGrant, len(current))
+	for _, g := range current {
+		ours[g.Name] = g
+	}
 	for _, d := range desired {
 		wanted[d.Name] = true
-		cur := existing[d.Name]
+		// The names of grants not ours (or being deleted) are reserved, so a desired grant
+		// is new or one of ours; a foreign grant is never read here, let alone updated.
+		cur := ours[d.Name]
 		switch {
 		case cur == nil:
 			log.V(2).Info("Creating ReferenceGrant", "grant", klog.KObj(d), "services", len(d.Spec.To))
 			if err := r.client.Create(ctx, d); err != nil {
 				errs = append(errs, fmt.Errorf("creating ReferenceGrant %s: %w", klog.KObj(d), err))
 			}
-		case !r.ownsGrant(cur):
-			// Not reached: the names of foreign grants are reserved. Kept as a safety net.
-			errs = append(errs, fmt.Errorf("ReferenceGrant %s exists and is not managed by this router; leaving it untouched", klog.KObj(cur)))
 		case grantUpToDate(cur, d):
 		default:
 			updated := cur.DeepCopy()

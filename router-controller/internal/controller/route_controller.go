@@ -84,9 +84,6 @@ type Config struct {
 	GatewayNamespaceRetry time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
-	// GateOpened, when set, holds garbage collection back until it is closed. The gated
-	// manager already holds every runnable back; this makes the rule local and visible.
-	GateOpened <-chan struct{}
 	// SkipNameValidation allows several controllers of this name in one process (tests
 	// that restart the manager).
 	SkipNameValidation bool
@@ -219,7 +216,7 @@ func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Mana
 	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
-	if err := mgr.Add(&garbageCollector{r: r, out: r.gcEvents, opened: r.cfg.GateOpened}); err != nil {
+	if err := mgr.Add(&garbageCollector{r: r, out: r.gcEvents}); err != nil {
 		return fmt.Errorf("router controller: adding the garbage collector: %w", err)
 	}
 	return nil
@@ -265,11 +262,9 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Res
 func (r *RouteReconciler) activeKinds(ctx context.Context) []sourceKind {
 	r.activeOnce.Do(func() {
 		for _, k := range r.kinds {
-			if k.Optional {
-				if _, err := r.informers.GetInformer(ctx, k.Object(), cache.BlockUntilSynced(false)); err != nil {
-					ctrl.LoggerFrom(ctx).Info("Skipping optional source kind", "kind", k.String(), "reason", err.Error())
-					continue
-				}
+			if err := skippedKind(ctx, r.informers, k.SourceKind); err != nil {
+				ctrl.LoggerFrom(ctx).Info("Skipping optional source kind", "kind", k.String(), "reason", err.Error())
+				continue
 			}
 			r.active = append(r.active, k)
 		}
@@ -315,7 +310,7 @@ type optionalSource struct {
 }
 
 func (s *optionalSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key]) error {
-	if _, err := s.informers.GetInformer(ctx, s.kind.Object(), cache.BlockUntilSynced(false)); err != nil {
+	if err := skippedKind(ctx, s.informers, s.kind); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Not watching optional source kind", "kind", s.kind.String(), "reason", err.Error())
 		s.mu.Lock()
 		s.skipped = true

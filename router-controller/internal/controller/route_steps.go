@@ -20,6 +20,7 @@ import (
 
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	"github.com/modelplane/modelplane/shared/aibrix"
+	"github.com/modelplane/modelplane/shared/objmeta"
 )
 
 // reconcileModel makes the HTTPRoute of model match the live sources claiming it: created
@@ -364,16 +365,7 @@ func mergeRoute(existing, desired *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
 
 // metadataUpToDate reports whether every label and annotation of desired is on existing.
 func metadataUpToDate(existing, desired metav1.Object) bool {
-	return hasAll(existing.GetLabels(), desired.GetLabels()) && hasAll(existing.GetAnnotations(), desired.GetAnnotations())
-}
-
-func hasAll(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	return objmeta.HasAll(existing.GetLabels(), desired.GetLabels()) && objmeta.HasAll(existing.GetAnnotations(), desired.GetAnnotations())
 }
 
 // mergeMetadata sets the labels and annotations of desired on dst, keeping the others.

@@ -94,9 +94,6 @@ func BuildRoute(cfg Config, model string, sources []Source) (*gatewayv1.HTTPRout
 		}
 		rules = append(rules, rule)
 	}
-	if len(rules) > MaxRulesPerRoute { // unreachable with the current limits; kept as a guard
-		return nil, fmt.Errorf("model %q needs %d rules, more than the Gateway API limit of %d", model, len(rules), MaxRulesPerRoute)
-	}
 
 	return &gatewayv1.HTTPRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"},

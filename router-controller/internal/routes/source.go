@@ -39,6 +39,11 @@ const (
 	MaxHeaderValueLength = 4096
 )
 
+// BuildRoute splits at most MaxMatchesPerRoute matches into rules of MaxMatchesPerRule, so
+// it never needs more than MaxRulesPerRoute rules: this array has a negative length, and the
+// package does not compile, if the limits ever change so that it could.
+var _ [MaxRulesPerRoute - (MaxMatchesPerRoute+MaxMatchesPerRule-1)/MaxMatchesPerRule]struct{}
+
 // Source is one workload that claims a model, reduced to what routing needs.
 type Source struct {
 	// Kind, Namespace and Name identify the workload, e.g. Deployment/team-a/llama.

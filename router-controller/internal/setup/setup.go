@@ -13,9 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,7 +24,6 @@ import (
 	"github.com/modelplane/modelplane/router-controller/internal/controller"
 	"github.com/modelplane/modelplane/router-controller/internal/routes"
 	"github.com/modelplane/modelplane/shared/aibrix"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
 	"github.com/modelplane/modelplane/shared/app"
 	"github.com/modelplane/modelplane/shared/syncgate"
 )
@@ -214,14 +211,7 @@ func (o *Options) SourceKinds() ([]controller.SourceKind, error) {
 }
 
 // Scheme holds the types the binary reads and writes.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	utilruntime.Must(gatewayv1.Install(s))
-	utilruntime.Must(gatewayv1beta1.Install(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return app.NewScheme(gatewayv1.Install, gatewayv1beta1.Install) }
 
 // Resources are the kinds the controller reads through its cache: workloads metadata-only,
 // since labels and annotations are all the routes need, optional kinds skipped when their
@@ -273,7 +263,6 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 			GrantBatchWindow:        o.GrantBatchWindow,
 			GatewayNamespaceRetry:   o.GatewayNamespaceRetry,
-			GateOpened:              a.Gate.Opened(),
 			SkipNameValidation:      o.SkipControllerNameValidation,
 			AdoptAIBrix:             o.AdoptAIBrix,
 			AIBrix:                  aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod),

@@ -1,0 +1,13 @@
+// Package objmeta holds what both controllers check on object metadata.
+package objmeta
+
+// HasAll reports whether have holds every key of want with the same value (labels or
+// annotations a controller sets on an object it owns; other keys may be there too).
+func HasAll(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

@@ -99,7 +99,7 @@ type Options struct {
 // DefaultOptions returns production defaults.
 func DefaultOptions() Options {
 	return Options{
-		MaxConcurrentReconciles:   16,
+		MaxConcurrentReconciles:   32,
 		InventoryPeriod:           30 * time.Second,
 		MaxParallelEngineCalls:    32,
 		MaxParallelEngineListings: 32,

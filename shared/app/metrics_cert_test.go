@@ -97,21 +97,19 @@ func TestMetricsServingCertificate(t *testing.T) {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: ca.pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
 		var err error
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		testenv.Poll(30*time.Second, 200*time.Millisecond, func() bool {
 			var resp *http.Response
 			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+addr+"/metrics", nil)
 			if resp, err = c.Do(req); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusUnauthorized {
-					return errors.New("an anonymous scrape got " + resp.Status + ", want 401")
+					err = errors.New("an anonymous scrape got " + resp.Status + ", want 401")
 				}
-				return nil
+				return true
 			}
 			var certErr *tls.CertificateVerificationError
-			if errors.As(err, &certErr) {
-				return err // the server answers; its certificate does not verify
-			}
-		}
+			return errors.As(err, &certErr) // the server answers; its certificate does not verify
+		})
 		return err
 	}
 	run := func(certDir string) string {

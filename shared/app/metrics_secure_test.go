@@ -113,15 +113,11 @@ func TestSecureMetrics(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, nil
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	var anon, authorised int
-	for time.Now().Before(deadline) {
+	testenv.Poll(30*time.Second, 200*time.Millisecond, func() bool {
 		anon, err = scrape("")
-		if err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if err != nil {
 		t.Fatalf("the secure metrics endpoint did not answer: %v", err)
 	}

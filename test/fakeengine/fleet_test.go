@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 func TestFleet(t *testing.T) {
@@ -125,14 +127,10 @@ func TestCloseNoGoroutineLeak(t *testing.T) {
 	hc.CloseIdleConnections()
 
 	var after int
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Poll(5*time.Second, 20*time.Millisecond, func() bool {
 		after = runtime.NumGoroutine()
-		if after <= before+1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return after <= before+1
+	})
 	if after > before+1 {
 		buf := make([]byte, 1<<20)
 		t.Errorf("goroutines: %d before, %d after Close\n%s", before, after, buf[:runtime.Stack(buf, true)])
@@ -142,13 +140,11 @@ func TestCloseNoGoroutineLeak(t *testing.T) {
 // stableGoroutines waits for the goroutine count to settle and returns it.
 func stableGoroutines() int {
 	n := runtime.NumGoroutine()
-	for range 50 {
-		time.Sleep(20 * time.Millisecond)
+	testenv.Poll(time.Second, 20*time.Millisecond, func() bool {
 		m := runtime.NumGoroutine()
-		if m == n {
-			return n
-		}
+		stable := m == n
 		n = m
-	}
+		return stable
+	})
 	return n
 }

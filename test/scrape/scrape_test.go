@@ -222,13 +222,12 @@ func scrape(t *testing.T, addr string, raw *bytes.Buffer) map[string]string {
 	t.Helper()
 	var resp *http.Response
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	testenv.Poll(30*time.Second, 200*time.Millisecond, func() bool {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
 		req.Header.Set("Accept", "text/plain")
-		if resp, err = http.DefaultClient.Do(req); err == nil {
-			break
-		}
-	}
+		resp, err = http.DefaultClient.Do(req)
+		return err == nil
+	})
 	if err != nil {
 		t.Fatalf("scraping %s: %v", addr, err)
 	}

@@ -52,13 +52,10 @@ func TestLoopbackEndpointSlicePolicy(t *testing.T) {
 		}},
 	}
 	var lastErr error
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) { // the policy takes a moment to become active
-		if lastErr = c.Create(ctx, eps.DeepCopy()); lastErr == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	Poll(20*time.Second, 200*time.Millisecond, func() bool { // the policy takes a moment to become active
+		lastErr = c.Create(ctx, eps.DeepCopy())
+		return lastErr == nil
+	})
 	if lastErr != nil {
 		t.Fatalf("creating an EndpointSlice with a loopback address: %v", lastErr)
 	}

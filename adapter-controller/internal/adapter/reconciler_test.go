@@ -29,6 +29,7 @@ import (
 
 	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // Unit tests of whole reconciles on a fake client, with the fake engine of listings_test.go.
@@ -279,13 +280,10 @@ func TestNoGoroutineWithoutAnEngineSlot(t *testing.T) {
 		_, err := reconcileAdapter(t, r)
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for eng.count(&eng.loading) < opts.MaxParallelEngineCalls {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d loads in flight after 30s, want %d", eng.count(&eng.loading), opts.MaxParallelEngineCalls)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, "every engine slot taken by a load", func() (bool, string) {
+		n := eng.count(&eng.loading)
+		return n >= opts.MaxParallelEngineCalls, fmt.Sprintf("%d loads in flight, want %d", n, opts.MaxParallelEngineCalls)
+	})
 	time.Sleep(200 * time.Millisecond) // any goroutine that would be started is started by now
 	// Counted by stack, not runtime.NumGoroutine: the envtest suite's manager runs in the
 	// same process.

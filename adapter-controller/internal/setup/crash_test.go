@@ -195,8 +195,7 @@ func (f *crashFleet) holders(name string) []string {
 func (f *crashFleet) waitConverged(ctx context.Context, t *testing.T, deleted []string, timeout time.Duration) {
 	t.Helper()
 	gone := map[string]bool{}
-	deadline := time.Now().Add(timeout)
-	for {
+	testenv.Eventually(t, timeout, 20*time.Millisecond, "the deleted adapters gone and the others running everywhere", func() (bool, string) {
 		for _, name := range deleted {
 			if gone[name] {
 				continue
@@ -223,15 +222,10 @@ func (f *crashFleet) waitConverged(ctx context.Context, t *testing.T, deleted []
 				last = fmt.Sprintf("%s: %s on %v, held by %v", name, a.Status.Phase, a.Status.Instances, f.holders(name))
 			}
 		}
-		if len(gone) == len(deleted) && running == len(f.adapters)-len(deleted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not converged after %s: %d of %d deleted adapters gone, %d of %d running everywhere (%s)",
-				timeout, len(gone), len(deleted), running, len(f.adapters)-len(deleted), last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(gone) == len(deleted) && running == len(f.adapters)-len(deleted),
+			fmt.Sprintf("%d of %d deleted adapters gone, %d of %d running everywhere (%s)",
+				len(gone), len(deleted), running, len(f.adapters)-len(deleted), last)
+	})
 	for pod, e := range f.engines {
 		if !slices.Contains(e.Loaded(), "static") {
 			t.Errorf("the engine of %s lost the adapter it was started with: %v", pod, e.Loaded())

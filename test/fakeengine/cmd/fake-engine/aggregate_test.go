@@ -46,13 +46,7 @@ func podAdmin(t *testing.T, name, ip string, port int) int {
 
 func waitListening(t *testing.T, addr string) {
 	t.Helper()
-	for range 100 {
-		if listening(addr) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("nothing listens on %s", addr)
+	eventually(t, "something listening on "+addr, func() bool { return listening(addr) })
 }
 
 // TestAggregator: GET /engines joins the in-pod admin APIs of the running pods (a pod without

@@ -223,8 +223,9 @@ func TestDriftRepair(t *testing.T) {
 		return joined(e.Loaded()) == "drift"
 	})
 	t.Logf("reloaded %s after the engine restart (inventory period %s)", time.Since(start).Round(10*time.Millisecond), inventoryPeriod)
-	if took := time.Since(start); took > 2*inventoryPeriod+2*time.Second {
-		t.Errorf("reload took %s, want within about one inventory period (%s)", took, inventoryPeriod)
+	// The bound is 3× the measured time or more (docs/reliability.md, "Wall-clock limits").
+	if took, limit := time.Since(start), 2*inventoryPeriod+2*time.Second; took > limit {
+		t.Errorf("reload took %s, want within %s (2 inventory periods of %s + 2 s)", took, limit, inventoryPeriod)
 	}
 }
 

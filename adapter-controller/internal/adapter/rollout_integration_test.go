@@ -218,8 +218,9 @@ func TestArtifactRollout(t *testing.T) {
 			if !f.reasons["Rolling"] {
 				t.Errorf("the status never said UpToDate=False/Rolling during the rollout (saw %v)", f.reasons)
 			}
-			if took > 2*inventoryPeriod+10*time.Second {
-				t.Errorf("rollout took %s, want within 2 inventory periods", took)
+			// 3× the measured time or more (docs/reliability.md, "Wall-clock limits").
+			if limit := 2*inventoryPeriod + 10*time.Second; took > limit {
+				t.Errorf("rollout took %s, want within %s (2 inventory periods of %s + 10 s)", took, limit, inventoryPeriod)
 			}
 			if got := metricValue(t, "modelplane_adapter_reloads_total", map[string]string{"method": tc.method, "result": "success"}) - reloadsBefore; got != 3 {
 				t.Errorf("modelplane_adapter_reloads_total{method=%q,result=success} grew by %v, want 3", tc.method, got)
@@ -247,7 +248,18 @@ func TestBrokenArtifactKeepsTheOldVersion(t *testing.T) {
 		c := upToDateCondition(a)
 		return c != nil && c.Status == "False" && c.Reason == "RolloutFailed" && c.ObservedGeneration == a.Generation
 	})
-	time.Sleep(2 * inventoryPeriod) // retries go on with backoff; the rollout must not advance
+	// Retries go on with backoff, and the rollout must not advance meanwhile: three more
+	// refused reloads prove the controller looked again (each pass sees the failure and keeps
+	// the other pods on the earlier artifact).
+	loads := func() int {
+		n := 0
+		for _, e := range f.engines {
+			n += e.Loads()
+		}
+		return n
+	}
+	refused := loads()
+	waitFor(t, 30*time.Second, "three more refused reloads (retries with backoff)", func() bool { return loads() >= refused+3 })
 	close(stop)
 	least, _, worst := minimum()
 	if least < 2 {

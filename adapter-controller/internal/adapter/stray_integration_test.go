@@ -31,7 +31,11 @@ func TestStraysSwept(t *testing.T) {
 		}
 		waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running", running(1))
 	}
-	time.Sleep(2 * inventoryPeriod) // an inventory poll sees both recorded on the pod
+	// An inventory poll must see both recorded on the pod: the second listing from now is
+	// made by a poll that read the adapters after both were Running (the first may belong to
+	// a poll that read them before; no load is left to verify).
+	listed := e.Lists()
+	waitFor(t, 10*inventoryPeriod, "two more inventory listings of the pod", func() bool { return e.Lists() >= listed+2 })
 	strays := metricValue(t, "modelplane_adapter_stray_unloads_total", map[string]string{"result": "success"})
 
 	// Unloads hang past the engine timeout: deletion cannot unload.

@@ -3,6 +3,7 @@ package setup_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -88,16 +89,10 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	}
 
 	stop := start(t, options())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err == nil && a.Status.Phase == v1alpha1.ModelAdapterRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for the adapter to run; status %+v", a.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, "the adapter to run", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a)
+		return err == nil && a.Status.Phase == v1alpha1.ModelAdapterRunning, fmt.Sprintf("error %v, status %+v", err, a.Status)
+	})
 	stop()
 	rv := a.ResourceVersion
 	loads, unloads := e.Loads(), e.Unloads()
@@ -117,7 +112,13 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	readyz := "http://" + o.HealthProbeBindAddress + "/readyz"
 	var notReady, readyAt time.Duration
 	codes := map[int]int{}
-	for time.Since(restarted) < delay+3*time.Second {
+	// Watched for 3 s after the slow list, and until the restarted controller has reconciled
+	// the adapter: "no write, no engine call" then covers a reconcile that looked at it.
+	reconciles := testenv.ReconcileCount("modeladapter")
+	for time.Since(restarted) < delay+3*time.Second || testenv.ReconcileCount("modeladapter") == reconciles {
+		if time.Since(restarted) > delay+30*time.Second {
+			t.Fatalf("the restarted controller did not reconcile the adapter within %s", delay+30*time.Second)
+		}
 		code := httpStatus(readyz)
 		codes[code]++
 		switch {
@@ -150,7 +151,8 @@ func TestRestartWithSlowPodListChangesNothing(t *testing.T) {
 	if notReady == 0 || readyAt == 0 {
 		t.Errorf("/readyz: last 5xx at %s, first 200 at %s after the restart (status codes seen: %v); want 5xx while the Pod list is slow, then 200", notReady, readyAt, codes)
 	}
-	t.Logf("/readyz 5xx until %s, 200 from %s after the restart (Pod list delayed %s); no write, no engine call", notReady, readyAt, delay)
+	t.Logf("/readyz 5xx until %s, 200 from %s after the restart (Pod list delayed %s); %v reconciles, no write, no engine call",
+		notReady, readyAt, delay, testenv.ReconcileCount("modeladapter")-reconciles)
 	cancel2()
 	if err := <-done; err != nil {
 		t.Errorf("restarted controller: %v", err)

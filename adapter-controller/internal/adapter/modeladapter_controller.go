@@ -76,9 +76,12 @@ type Options struct {
 	// MaxParallelEngineCalls bounds load and unload calls in flight across all adapters.
 	MaxParallelEngineCalls int
 	// MaxParallelEngineListings bounds GET /v1/models calls in flight (load verifications
-	// and the inventory poll). Listings have slots of their own: a listing is a read of the
-	// engine's adapter table, and when verifications took load slots they halved the load
-	// rate of a busy controller (docs/performance.md, "Issue 24").
+	// and the inventory poll). Listings have slots of their own: when verifications took
+	// load slots they halved the load rate of a busy controller. Fewer listing slots than
+	// load slots batch more verifications into one listing (a pod's listing waits for a
+	// slot while more loads onto it finish): a listing names every adapter on the pod, so
+	// each one costs the engine and the controller more as adapters accumulate
+	// (docs/performance.md, "Issue 24").
 	MaxParallelEngineListings int
 	// RetryLimit is the number of failed loads on a pod after which the adapter is Failed
 	// (retries continue at the maximum backoff).
@@ -102,7 +105,7 @@ func DefaultOptions() Options {
 		MaxConcurrentReconciles:   32,
 		InventoryPeriod:           30 * time.Second,
 		MaxParallelEngineCalls:    32,
-		MaxParallelEngineListings: 32,
+		MaxParallelEngineListings: 8,
 		RetryLimit:                5,
 		BaseBackoff:               time.Second,
 		MaxBackoff:                2 * time.Minute,

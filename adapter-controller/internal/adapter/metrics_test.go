@@ -125,6 +125,7 @@ func TestAdapterInstancesMetric(t *testing.T) {
 	objs = append(objs, adapter("all"), one, unplaced, leaving)
 
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podModelIndex, podModel).
 		WithStatusSubresource(&v1alpha1.ModelAdapter{}).Build()
 	r := NewReconciler(c, c, newFakeEngine(), events.NewFakeRecorder(100), clock.RealClock{}, DefaultOptions())
 	reconcileAll := func(names ...string) {

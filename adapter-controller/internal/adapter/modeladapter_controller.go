@@ -192,6 +192,9 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 // SetupWithManager registers the controller and the inventory poller on the (gated)
 // manager: both start only after every cache has synced.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podModelIndex, podModel); err != nil {
+		return fmt.Errorf("indexing pods by model: %w", err)
+	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("modeladapter").
 		For(&v1alpha1.ModelAdapter{}).
@@ -205,6 +208,17 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		return err
 	}
 	return mgr.Add(r.inventory)
+}
+
+// podModelIndex indexes the cached pods by the value of their model label, so that an adapter
+// whose selector names its model reads that model's pods only.
+const podModelIndex = "modelplane.podModel"
+
+func podModel(o client.Object) []string {
+	if m, ok := o.GetLabels()[v1alpha1.ModelNameLabel]; ok {
+		return []string{m}
+	}
+	return nil
 }
 
 // Reconcile brings one ModelAdapter to its desired state.

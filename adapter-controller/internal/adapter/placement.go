@@ -95,8 +95,14 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 	}
 	a := p.adapter
 	sel, _ := selectorOf(a)
+	opts := []client.ListOption{client.InNamespace(a.Namespace), client.MatchingLabelsSelector{Selector: sel}}
+	if model, ok := sel.RequiresExactMatch(v1alpha1.ModelNameLabel); ok {
+		// The usual selector names the model: only its pods are read (podModelIndex), not
+		// every model pod of the namespace.
+		opts = append(opts, client.MatchingFields{podModelIndex: model})
+	}
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(a.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.client.List(ctx, &pods, opts...); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {

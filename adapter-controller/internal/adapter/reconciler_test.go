@@ -70,6 +70,7 @@ func testReconciler(t *testing.T, eng engine.Client, clk clock.WithTicker, opts 
 		t.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
+		WithIndex(&corev1.Pod{}, podModelIndex, podModel).
 		WithInterceptorFuncs(funcs).Build()
 	rec := events.NewFakeRecorder(1000)
 	if err := opts.Validate(); err != nil {

@@ -50,6 +50,7 @@ func TestPrunedStatusReported(t *testing.T) {
 		return c.SubResource(sub).Update(ctx, stored)
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod, a).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
+		WithIndex(&corev1.Pod{}, podModelIndex, podModel).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: prune}).Build()
 	rec := events.NewFakeRecorder(100)
 	r := NewReconciler(c, c, newFakeEngine(), rec, clock.RealClock{}, DefaultOptions())

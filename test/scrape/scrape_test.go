@@ -216,25 +216,35 @@ func diff(a, b []string) []string {
 	return out
 }
 
+// get reads the body of a GET of url (as text, not protobuf) into body.
+func get(ctx context.Context, url string, body *bytes.Buffer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = body.ReadFrom(resp.Body)
+	return err
+}
+
 // scrape returns the metric families of the /metrics at addr with their types; raw, when
 // set, receives the exposition.
 func scrape(t *testing.T, addr string, raw *bytes.Buffer) map[string]string {
 	t.Helper()
-	var resp *http.Response
+	var body bytes.Buffer
 	var err error
 	testenv.Poll(30*time.Second, 200*time.Millisecond, func() bool {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
-		req.Header.Set("Accept", "text/plain")
-		resp, err = http.DefaultClient.Do(req)
+		body.Reset()
+		err = get(t.Context(), "http://"+addr+"/metrics", &body)
 		return err == nil
 	})
 	if err != nil {
 		t.Fatalf("scraping %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	var body bytes.Buffer
-	if _, err := body.ReadFrom(resp.Body); err != nil {
-		t.Fatal(err)
 	}
 	if raw != nil {
 		raw.Write(body.Bytes())

@@ -27,6 +27,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/modelplane/modelplane/test/testenv"
 )
 
 // hooks returns the commands in the named environment variables (set by make e2e-local),
@@ -341,10 +342,7 @@ func TestRouterControllerKilledMidLoad(t *testing.T) {
 		// Routes of this test's models go with their Deployments (deleted with the
 		// namespace); wait so that later tests start from a quiet router.
 		_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		deadline := time.Now().Add(2 * time.Minute)
-		for len(modelRoutes(t, prefix)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(500 * time.Millisecond)
-		}
+		testenv.Poll(2*time.Minute, 500*time.Millisecond, func() bool { return len(modelRoutes(t, prefix)) == 0 })
 	})
 
 	createStart := time.Now()
@@ -548,8 +546,8 @@ func TestLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("E2E_LEASE_DURATION: %v", err)
 	}
-	// Measured 11.8–12.2 s with lease 12 s on a shared 2-core machine; the bound keeps 3× of
-	// that. That the standby is warm is checked by counts (its cache syncs do not change).
+	// The bound keeps 3× the measured failover (docs/reliability.md, "Wall-clock limits").
+	// That the standby is warm is checked by counts (its cache syncs do not change).
 	limit := 3 * (lease + 2*time.Second)
 	ctx := ctxFor(t, 5*time.Minute)
 	ns := namespace(t)

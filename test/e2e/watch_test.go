@@ -61,6 +61,15 @@ func TestWatchExpiredRelist(t *testing.T) {
 	for name, check := range readyz {
 		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) { return probe(check) })
 	}
+	// Before new work: each controller reconciles after the relist (the relist hands every
+	// cached object to the handlers again), so "none written again" below covers passes that
+	// looked at the converged objects, not a controller that did nothing.
+	for name, url := range metricsURL {
+		waitFor(t, 60*time.Second, name+" to reconcile after the relist", func() (bool, string) {
+			now := leaderMetrics(t, url).reconciles
+			return now > counts[name].reconciles, fmt.Sprintf("%v reconciles, %v before the restart", now, counts[name].reconciles)
+		})
+	}
 
 	// New work converges after the relist: a model with an adapter in another namespace (in
 	// this one, the namespace's ReferenceGrant would rightly change with it).
@@ -155,49 +164,49 @@ func ownedVersions(t *testing.T, ns, model string) map[string]string {
 }
 
 type leaderCounts struct {
-	syncs    float64 // modelplane_cache_sync_duration_seconds_count summed over the resources
-	unsynced int     // resources whose cache_synced is not 1 (skipped optional ones aside)
+	syncs      float64 // modelplane_cache_sync_duration_seconds_count summed over the resources
+	unsynced   int     // resources whose cache_synced is not 1 (skipped optional ones aside)
+	reconciles float64 // controller_runtime_reconcile_total summed over controllers and results
 }
 
 // leaderMetrics scrapes the leader's metrics: where url leads to every replica (kind's
 // NodePort), it scrapes until leader_election_master_status says the answer is the leader's.
 func leaderMetrics(t *testing.T, url string) leaderCounts {
 	t.Helper()
-	for range 40 {
-		body := scrape(t, url)
-		if !leaderIn(body) {
+	var body string
+	waitFor(t, 30*time.Second, "an answer from the leader at "+url, func() (bool, string) {
+		body = scrape(t, url)
+		return leaderIn(body), "a standby answered"
+	})
+	var c leaderCounts
+	skipped, notSynced := map[string]bool{}, map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
 			continue
 		}
-		var c leaderCounts
-		skipped, notSynced := map[string]bool{}, map[string]bool{}
-		for _, line := range strings.Split(body, "\n") {
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				continue
-			}
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				continue
-			}
-			labels := line[strings.Index(line, "{")+1 : max(strings.Index(line, "}"), strings.Index(line, "{")+1)]
-			switch {
-			case strings.HasPrefix(line, "modelplane_cache_sync_duration_seconds_count{"):
-				c.syncs += v
-			case strings.HasPrefix(line, "modelplane_cache_synced{") && v != 1:
-				notSynced[labels] = true
-			case strings.HasPrefix(line, "modelplane_cache_resource_skipped{") && v == 1:
-				skipped[labels] = true // an optional API not served: not synced by design
-			}
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
 		}
-		for labels := range notSynced {
-			if !skipped[labels] {
-				c.unsynced++
-			}
+		labels := line[strings.Index(line, "{")+1 : max(strings.Index(line, "}"), strings.Index(line, "{")+1)]
+		switch {
+		case strings.HasPrefix(line, "modelplane_cache_sync_duration_seconds_count{"):
+			c.syncs += v
+		case strings.HasPrefix(line, "controller_runtime_reconcile_total{"):
+			c.reconciles += v
+		case strings.HasPrefix(line, "modelplane_cache_synced{") && v != 1:
+			notSynced[labels] = true
+		case strings.HasPrefix(line, "modelplane_cache_resource_skipped{") && v == 1:
+			skipped[labels] = true // an optional API not served: not synced by design
 		}
-		return c
 	}
-	t.Fatalf("no answer from the leader at %s in 40 scrapes", url)
-	return leaderCounts{}
+	for labels := range notSynced {
+		if !skipped[labels] {
+			c.unsynced++
+		}
+	}
+	return c
 }
 
 func leaderIn(body string) bool {

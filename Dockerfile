@@ -4,7 +4,14 @@
 # package is compiled into a binary. The builder stage builds both binaries and does not
 # depend on BINARY, so the second image of a pair reuses every builder layer of the first
 # (and their common dependencies compile once).
-FROM golang:1.26 AS builder
+#
+# The base images are build arguments whose defaults are the upstream images; the Makefile
+# passes its BUILDER_IMAGE and BASE_IMAGE (make docker-build says when one of them here is the
+# offline image kit's stand-in, hack/images/kit.sh).
+ARG BUILDER_IMAGE=golang:1.26
+ARG BASE_IMAGE=gcr.io/distroless/static:nonroot
+
+FROM ${BUILDER_IMAGE} AS builder
 ARG VERSION=dev
 ENV GOWORK=off CGO_ENABLED=0 GOTOOLCHAIN=local
 WORKDIR /src
@@ -25,7 +32,7 @@ RUN for m in adapter-controller router-controller; do \
         -o /out/$m .) || exit 1; \
     done
 
-FROM gcr.io/distroless/static:nonroot
+FROM ${BASE_IMAGE}
 ARG BINARY=adapter-controller
 LABEL org.opencontainers.image.title="modelplane ${BINARY}" \
       org.opencontainers.image.source="https://github.com/modelplane/modelplane"

@@ -20,13 +20,13 @@
 # outside the clone. A second run builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-: "${KUBE_VERSION:=v1.37.2}" "${ETCD_VERSION:=v3.7.0}" "${COREDNS_VERSION:=v1.14.6}"
-: "${CRICTL_VERSION:=v1.37.0}" "${KIND_VERSION:=v0.33.0}"
-: "${TRAEFIK_VERSION:=v3.6.12}" "${PROMETHEUS_OPERATOR_VERSION:=v0.85.0}"
-: "${PROMETHEUS_VERSION:=v3.5.0}" "${PROMETHEUS_MODULE_VERSION:=v0.305.0}"
+. "$root/hack/lib.sh"
+# Versions and image names come from the Makefile (their one definition); run through make.
+for v in KUBE_VERSION ETCD_VERSION COREDNS_VERSION CRICTL_VERSION KIND_VERSION TRAEFIK_VERSION \
+  PROMETHEUS_OPERATOR_VERSION PROMETHEUS_VERSION PROMETHEUS_MODULE_VERSION BUILDER_IMAGE BASE_IMAGE KIND_NODE_IMAGE; do
+  [ -n "${!v:-}" ] || { echo "kit: $v is not set: run this through make (make e2e-deps), which defines every version" >&2; exit 2; }
+done
 export PROMETHEUS_RELEASE=$PROMETHEUS_VERSION
-: "${GO_IMAGE:=golang:1.26}" "${DISTROLESS_IMAGE:=gcr.io/distroless/static:nonroot}"
-: "${KIND_NODE_IMAGE:=kindest/node:$KUBE_VERSION}"
 cache=${MODELPLANE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/images}
 bin=$root/bin
 work=$(mktemp -d)
@@ -50,7 +50,7 @@ tool() { "$root/hack/tools/build.sh" "$@" >&2; }
 if [ "${1:-}" = --present ]; then
   docker info >/dev/null 2>&1 || { echo "kit: no Docker engine answers" >&2; exit 1; }
   missing=()
-  for i in "$DISTROLESS_IMAGE" "$GO_IMAGE" "$KIND_NODE_IMAGE" "traefik:$TRAEFIK_VERSION" \
+  for i in "$BASE_IMAGE" "$BUILDER_IMAGE" "$KIND_NODE_IMAGE" "traefik:$TRAEFIK_VERSION" \
     "quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION" \
     "quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION" \
     "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION"; do
@@ -105,24 +105,28 @@ rootfs() {
   echo "$tar"
 }
 
+# Every kit image carries this label, so that what builds on one can tell (make docker-build
+# warns that it builds on a stand-in).
+kit_label=io.modelplane.kit=stand-in
+
 # import TAR IMAGE [docker import --change ...]: a root file system as an image.
 import() {
   local tar=$1 image=$2
   shift 2
-  docker import "$@" "$tar" "$image" >/dev/null
+  docker import --change "LABEL $kit_label" "$@" "$tar" "$image" >/dev/null
 }
 
 # build IMAGE CONTEXT [docker build args]: the context's Dockerfile.
 build() {
   local image=$1 ctx=$2
   shift 2
-  quiet docker build -q "$@" -t "$image" "$ctx"
+  quiet docker build -q --label "$kit_label" "$@" -t "$image" "$ctx"
   built+=("$image")
 }
 
 # --- distroless static (nonroot) -------------------------------------------------------------
-if ! have "$DISTROLESS_IMAGE"; then
-  log "$DISTROLESS_IMAGE"
+if ! have "$BASE_IMAGE"; then
+  log "$BASE_IMAGE"
   d=$work/distroless
   mkdir -p "$d"/etc/ssl/certs "$d"/tmp "$d"/home/nonroot "$d"/root "$d"/var
   printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
@@ -134,11 +138,11 @@ if ! have "$DISTROLESS_IMAGE"; then
   chmod 0700 "$d/root" "$d/home/nonroot"
   chown 65532:65532 "$d/home/nonroot"
   tar -C "$d" --numeric-owner -cf "$work/distroless.tar" .
-  import "$work/distroless.tar" "$DISTROLESS_IMAGE" \
+  import "$work/distroless.tar" "$BASE_IMAGE" \
     --change 'USER 65532:65532' --change 'WORKDIR /home/nonroot' \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt'
-  built+=("$DISTROLESS_IMAGE")
+  built+=("$BASE_IMAGE")
 fi
 
 # --- Debian base of the builder and kube-proxy images ------------------------------------------
@@ -152,8 +156,8 @@ fi
 
 # --- golang -----------------------------------------------------------------------------------
 goversion=$(go env GOVERSION)
-if ! have "$GO_IMAGE"; then
-  log "$GO_IMAGE ($goversion, this machine's toolchain)"
+if ! have "$BUILDER_IMAGE"; then
+  log "$BUILDER_IMAGE ($goversion, this machine's toolchain)"
   ctx=$work/golang
   mkdir -p "$ctx"
   tar -C "$(dirname "$(go env GOROOT)")" -cf "$ctx/go.tar" "$(basename "$(go env GOROOT)")"
@@ -169,7 +173,7 @@ ENV GOLANG_VERSION=${goversion#go} GOTOOLCHAIN=local GOPATH=/go \
 RUN mkdir -p /go/bin /go/src && chmod -R 1777 /go && go version
 WORKDIR /go
 DOCKERFILE
-  build "$GO_IMAGE" "$ctx" -t "golang:${goversion#go}"
+  build "$BUILDER_IMAGE" "$ctx" -t "golang:${goversion#go}"
 fi
 
 # --- control-plane images ---------------------------------------------------------------------
@@ -178,7 +182,7 @@ tool coredns "$COREDNS_VERSION"
 tool crictl "$CRICTL_VERSION"
 
 binary_image() { # image binary entrypoint-path [base]
-  local image=$1 binary=$2 path=$3 base=${4:-$DISTROLESS_IMAGE} ctx
+  local image=$1 binary=$2 path=$3 base=${4:-$BASE_IMAGE} ctx
   have "$image" && return
   log "$image"
   ctx=$work/$(basename "$path")
@@ -230,47 +234,7 @@ have "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION" || tool prometheus "$PR
 binary_image "quay.io/prometheus/prometheus:$PROMETHEUS_VERSION" "$bin/prometheus" /bin/prometheus
 
 # --- kindest/node -----------------------------------------------------------------------------
-if ! have "$KIND_NODE_IMAGE"; then
-  node_pkgs=systemd,systemd-sysv,dbus,iptables,nftables,conntrack,ethtool,socat,iproute2,procps,util-linux,mount,kmod,ca-certificates,libseccomp2,containerd,runc,containernetworking-plugins,pigz,jq,bash,curl,e2fsprogs
-  node_tar=$(rootfs node "$node_pkgs")
-  node_rootfs=modelplane-kit/node-rootfs:$(basename "$node_tar" .tar | awk -F- '{print $NF}')
-  have "$node_rootfs" || import "$node_tar" "$node_rootfs"
-  log "$KIND_NODE_IMAGE (kind $KIND_VERSION images/base recipe, preloaded: ${kubeadm_images[*]})"
-  kind_dir=$(cd "$work" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
-  ctx=$work/node
-  mkdir -p "$ctx/bin"
-  cp -r "$kind_dir/images/base/files" "$ctx/files"
-  chmod -R u+w "$ctx/files"
-  rm -f "$ctx/files/etc/containerd/config.toml" "$ctx/files/etc/systemd/system/containerd-fuse-overlayfs.service"
-  cp "$root/hack/images/node/Dockerfile" "$root/hack/images/node/containerd-config.toml" "$ctx/"
-  for b in kubelet kubeadm kubectl crictl; do cp "$(readlink -f "$bin/$b")" "$ctx/bin/$b"; done
-  base=modelplane-kit/node-base:$KUBE_VERSION
-  quiet docker build -q --build-arg "ROOTFS=$node_rootfs" --build-arg "KUBE_VERSION=$KUBE_VERSION" -t "$base" "$ctx"
-
-  # Step 2, as kind's own node-image build does it: containerd in a container of the base
-  # image imports the images (content only; containerd unpacks on first use), then commit (the
-  # base image's STOPSIGNAL and ENV carry over; ENTRYPOINT and CMD are set back).
-  name=modelplane-kit-node-build-$$
-  docker rm -f "$name" >/dev/null 2>&1 || true
-  docker run -d --init --name "$name" --privileged --entrypoint sleep "$base" infinity >/dev/null
-  trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-  docker exec "$name" sh -c 'nohup containerd >/var/log/containerd-build.log 2>&1 &'
-  for _ in $(seq 30); do docker exec "$name" ctr version >/dev/null 2>&1 && break; sleep 1; done
-  for i in "${kubeadm_images[@]}"; do
-    docker save "$i" | docker exec -i "$name" ctr --namespace=k8s.io images import --all-platforms --no-unpack --digests - >/dev/null
-  done
-  docker exec "$name" ctr --namespace=k8s.io images ls -q | sort | grep -v '^sha256:' >"$work/preloaded"
-  for i in "${kubeadm_images[@]}"; do
-    grep -qx "$i" "$work/preloaded" || { echo "kit: $i is missing from the node's containerd after the import" >&2; exit 1; }
-  done
-  docker exec "$name" sh -c 'pkill containerd; while pgrep -x containerd >/dev/null; do sleep 0.2; done; rm -f /var/log/containerd-build.log'
-  docker commit \
-    --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' --change 'CMD []' \
-    --change 'ENV container=docker' \
-    "$name" "$KIND_NODE_IMAGE" >/dev/null
-  docker rm -f "$name" >/dev/null
-  built+=("$KIND_NODE_IMAGE")
-fi
+. "$root/hack/images/node/build.sh"
 
 if [ ${#built[@]} -eq 0 ]; then
   log "every image is present; nothing built"

@@ -14,6 +14,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/bin
+. "$root/hack/lib.sh"
 name=${CLUSTER_NAME:-modelplane}
 nodes=${CLUSTER_NODES:-4}
 export KWOK_WORKDIR=$root/_artifacts/kwok
@@ -101,10 +102,6 @@ reap() {
   done
 }
 
-# running reports whether pid is a live process (an exited one may stay a zombie: the
-# container's init need not reap kwokctl's orphaned children).
-running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
-
 # gone reports whether pid and every thread of it have exited. A SIGKILLed Go process whose
 # thread-group leader is already a zombie can still have threads, which hold its listening
 # socket: "not running" is not enough before the port is reused.
@@ -121,6 +118,12 @@ listening() {
   awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
     /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
+
+# released PID PORT: the killed process is gone and nothing listens on its port any more.
+released() { gone "$1" && ! listening "$2"; }
+
+# ready_or_exited PID: the API server answers /readyz, or the process PID has exited.
+ready_or_exited() { kubectl get --raw /readyz >/dev/null 2>&1 || ! running "$1"; }
 
 # etcd_post BASE-URL PATH JSON: a POST to etcd's JSON gateway (bash's /dev/tcp: no curl
 # needed), printing the answer's body.
@@ -167,11 +170,7 @@ restart_apiserver() {
   # process lingers in shutdown for more than 30 s.)
   kill -9 "$pid"
   for attempt in 1 2 3; do
-    for _ in $(seq 1 300); do
-      gone "$pid" && ! listening "$port" && break
-      sleep 0.1
-    done
-    if ! gone "$pid" || listening "$port"; then
+    if ! poll 30 0.1 released "$pid" "$port"; then
       echo "kube-apiserver (pid $pid) still holds port $port after 30s" >&2
       exit 1
     fi
@@ -181,17 +180,13 @@ restart_apiserver() {
     (cd "$dir" && exec setsid "${args[@]}" >>"$dir/logs/kube-apiserver.log" 2>&1 </dev/null) &
     newpid=$!
     echo "$newpid" >"$pidfile"
-    for _ in $(seq 1 600); do
-      if kubectl get --raw /readyz >/dev/null 2>&1; then
-        echo "kube-apiserver restarted (pid $pid -> $newpid, attempt $attempt): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server$compacted"
-        return 0
-      fi
-      running "$newpid" || break
-      sleep 0.1
-    done
-    if running "$newpid"; then
+    if ! poll 60 0.1 ready_or_exited "$newpid"; then
       echo "kube-apiserver (pid $newpid) did not become ready within 60s after the restart" >&2
       exit 1
+    fi
+    if running "$newpid"; then
+      echo "kube-apiserver restarted (pid $pid -> $newpid, attempt $attempt): $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s without a ready API server$compacted"
+      return 0
     fi
     echo "kube-apiserver (pid $newpid) exited while starting (attempt $attempt); see $dir/logs/kube-apiserver.log" >&2
     pid=$newpid

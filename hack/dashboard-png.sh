@@ -12,6 +12,7 @@
 # local Debian prometheus whose classic UI draws the graphs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib.sh"
 prom=${1:-http://127.0.0.1:29090}
 out=${2:-$root/docs/dashboard.png}
 range=${RANGE:-30m}
@@ -31,7 +32,7 @@ if [ -z "$graph" ]; then
   printf 'global: {evaluation_interval: 1m}\nremote_read:\n- url: %s/api/v1/read\n  read_recent: true\n' "$prom" >"$tmp/ui.yml"
   prometheus --config.file="$tmp/ui.yml" --storage.tsdb.path="$tmp/data" --web.listen-address="$ui" >"$tmp/ui.log" 2>&1 &
   ui_pid=$!
-  for _ in $(seq 50); do curl -fsS -o /dev/null "http://$ui/-/ready" 2>/dev/null && break; sleep 0.2; done
+  poll 10 0.2 quietly curl -fsS -o /dev/null "http://$ui/-/ready" || true
   graph=http://$ui/classic/graph
   echo "dashboard-png: $prom has no web UI; drawing with Debian's prometheus on $ui (remote_read from $prom)"
 fi

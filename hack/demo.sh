@@ -5,6 +5,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib.sh"
 dir=$root/_artifacts/demo
 stack=$root/hack/stack.sh
 kc=$("$root/hack/cluster.sh" kubeconfig)
@@ -57,7 +58,8 @@ $(sync_durations http://127.0.0.1:18080/metrics)
   router-controller (startup $(curl -fsS http://127.0.0.1:18090/metrics | awk '/^modelplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
 $(sync_durations http://127.0.0.1:18090/metrics)
 
-Prometheus UI:   http://127.0.0.1:19090  (try: modelplane_cache_sync_duration_seconds_sum)
+Prometheus API:  curl 'http://127.0.0.1:19090/api/v1/query?query=modelplane_cache_sync_duration_seconds_sum'
+                 (built from its Go module without the web UI)
 Metrics:         http://127.0.0.1:18080/metrics (adapter), http://127.0.0.1:18090/metrics (router)
 Readiness:       http://127.0.0.1:18081/readyz?verbose, http://127.0.0.1:18091/readyz?verbose
 Kubeconfig:      $kc

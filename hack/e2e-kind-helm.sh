@@ -16,6 +16,7 @@
 # Timings and outputs go to stdout and _artifacts/e2e-kind/helm-*.txt.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib.sh"
 cluster=${KIND_CLUSTER:-modelplane-e2e}
 context=kind-$cluster
 registry=${IMAGE_REGISTRY:-ghcr.io/modelplane}
@@ -76,6 +77,10 @@ loaded() { # NAMESPACE ADAPTER: how many engines hold the adapter
 
 # load_adapter NAMESPACE: a model (2 fake-engine pods) in NAMESPACE with the ModelAdapter
 # lora-uninstall Running and loaded on both engines.
+loaded_on() { # N NAMESPACE ADAPTER: exactly N engines hold the adapter
+  [ "$(loaded "$2" "$3")" = "$1" ]
+}
+
 load_adapter() {
   local mns=$1 model=helm-uninstall
   k create namespace "$mns" --dry-run=client -o yaml | k apply -f - >/dev/null
@@ -117,8 +122,9 @@ spec:
 YAML
   k -n "$mns" rollout status "deploy/$model" --timeout 120s
   k -n "$mns" wait modeladapter/lora-uninstall --for=jsonpath='{.status.phase}'=Running --timeout 120s
-  local n=0
-  for _ in $(seq 60); do n=$(loaded "$mns" lora-uninstall) && [ "$n" = 2 ] && break; sleep 1; done
+  local n
+  poll 60 1 loaded_on 2 "$mns" lora-uninstall || true
+  n=$(loaded "$mns" lora-uninstall)
   [ "$n" = 2 ] || fail "lora-uninstall is loaded on $n engines before the removal, want 2"
   echo "before the removal: lora-uninstall Running, loaded on $n engines"
   k get modeladapters -A -o wide

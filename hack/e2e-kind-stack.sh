@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The e2e suite's fault hooks on kind (hack/e2e-kind.sh exports them), the counterpart of
-# hack/stack.sh on the kwok cluster. Each controller is a Deployment of two replicas; "the
+# The e2e suite's fault hooks on kind (test/e2e/hooks.txt is their contract; hack/e2e-kind.sh
+# exports them), the counterpart of hack/stack.sh on the kwok cluster. Each controller is a Deployment of two replicas; "the
 # controller" is the leader (the Lease holder), "the standby" the other replica.
 #
 #   kill NAME               SIGKILL the leader's container (crictl stop --timeout 0 on the
 #                           node): no graceful shutdown, the lease is not released; the
 #                           kubelet restarts the container
-#   start NAME              wait until both replicas are Ready again
+#   stop NAME DIR           scale the Deployment to 0 and wait until its pods are gone
+#   start NAME DIR          scale it back to 2 when stopped; wait until both replicas are Ready
 #   start NAME-standby DIR  port-forward the standby's metrics port to the port of
 #                           $E2E_{ADAPTER,ROUTER}_STANDBY_METRICS
 #   stop NAME-standby DIR   end that port-forward
@@ -19,6 +20,7 @@
 #   logs DIR                kubectl logs of every replica (and of the previous container) into DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib.sh"
 cluster=${KIND_CLUSTER:-modelplane-e2e}
 context=kind-$cluster
 node=$cluster-control-plane
@@ -67,25 +69,28 @@ start)
     nohup "$root/bin/kubectl" --context "$context" -n "$ns" port-forward --address 127.0.0.1 "pod/$standby" "$port:8443" \
       >"$dir/$name-port-forward.log" 2>&1 </dev/null &
     echo $! >"$dir/$name-port-forward.pid"
-    for _ in $(seq 50); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { echo "standby $standby: metrics on 127.0.0.1:$port"; exit 0; }
-      sleep 0.2
-    done
+    poll 10 0.2 open_port "$port" && { echo "standby $standby: metrics on 127.0.0.1:$port"; exit 0; }
     echo "port-forward to $standby did not open 127.0.0.1:$port" >&2
     cat "$dir/$name-port-forward.log" >&2
     exit 1
   fi
-  # A killed container is restarted by the kubelet: wait until it runs and both are Ready.
-  for _ in $(seq 240); do
-    "$0" ready "$name" >/dev/null 2>&1 && exit 0
-    sleep 0.5
-  done
+  # A stopped controller is scaled back; a killed container is restarted by the kubelet:
+  # wait until it runs and both replicas are Ready.
+  if [ "$(k -n "$ns" get deploy "$name" -o jsonpath='{.spec.replicas}')" = 0 ]; then
+    k -n "$ns" scale "deploy/$name" --replicas=2 >/dev/null
+    k -n "$ns" rollout status "deploy/$name" --timeout=120s >/dev/null
+  fi
+  poll 120 0.5 quietly "$0" ready "$name" && exit 0
   echo "$name: not every replica Ready within 120 s" >&2
   k -n "$ns" get pods -l "app.kubernetes.io/name=$name" >&2
   exit 1
   ;;
 stop)
-  [[ $name == *-standby ]] || { echo "stop: only NAME-standby (the port-forward); scale the Deployment to stop $name" >&2; exit 2; }
+  if [[ $name != *-standby ]]; then
+    k -n "$ns" scale "deploy/$name" --replicas=0 >/dev/null
+    k -n "$ns" wait --for=delete pod -l "app.kubernetes.io/name=$name" --timeout=60s >/dev/null
+    exit 0
+  fi
   pid=$(cat "$dir/$name-port-forward.pid" 2>/dev/null || true)
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
   rm -f "$dir/$name-port-forward.pid"

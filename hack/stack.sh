@@ -15,10 +15,18 @@
 #   hack/stack.sh kill NAME DIR     SIGKILL one process (a crash: no lease release, no cleanup)
 #   hack/stack.sh ensure NAME DIR   start a controller again if its process has exited (what a
 #                                   kubelet would do); prints "running" or "restarted"
+#   hack/stack.sh ready NAME [DIR]  exit 0 when the controller answers /readyz 200
+#   hack/stack.sh restart-apiserver DIR [--compact]
+#                                   SIGKILL kube-apiserver and start it again (hack/cluster.sh)
+#   hack/stack.sh logs DIR          the controllers' logs are in DIR (they are written there)
+#
+# The e2e suite's hooks are these verbs: test/e2e/hooks.txt is their contract, which
+# hack/e2e-kind-stack.sh implements on kind.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/bin
+. "$root/hack/lib.sh"
 admin_kc=$("$root/hack/cluster.sh" kubeconfig)
 kubectl() { "$bin/kubectl" --kubeconfig "$admin_kc" "$@"; }
 
@@ -27,7 +35,8 @@ ROUTER_METRICS=127.0.0.1:18090 ROUTER_PROBE=127.0.0.1:18091
 # Leader election: a standby acquires an unrenewed lease at its first retry after the lease
 # duration has passed since it last saw the record change, so failover takes up to
 # lease + ~2.2 x retry period (client-go jitters retries by up to 1.2x). The binaries'
-# defaults are 15s / 10s / 2s (failover measured 17-18 s); the stack retries every 300 ms.
+# defaults are 15s / 10s / 2s (failover times: docs/reliability.md); the stack retries every
+# 300 ms.
 LEASE_DURATION=${LEASE_DURATION:-12s} RENEW_DEADLINE=${RENEW_DEADLINE:-10s} RETRY_PERIOD=${RETRY_PERIOD:-300ms}
 # Second replicas (NAME-standby), started by the leader failover test.
 ADAPTER_STANDBY_METRICS=127.0.0.1:18082 ADAPTER_STANDBY_PROBE=127.0.0.1:18083
@@ -35,22 +44,22 @@ ROUTER_STANDBY_METRICS=127.0.0.1:18092 ROUTER_STANDBY_PROBE=127.0.0.1:18093
 ENGINE_ADMIN=127.0.0.1:19400 PROMETHEUS=127.0.0.1:19090
 
 wait_ready() { # name url seconds
-  local deadline=$((SECONDS + $3))
-  until curl -fs -o /dev/null "$2"; do
-    if ((SECONDS > deadline)); then echo "$1 did not become ready at $2 within $3s" >&2; return 1; fi
-    sleep 0.5
-  done
+  poll "$3" 0.5 curl -fs -o /dev/null "$2" || { echo "$1 did not become ready at $2 within $3s" >&2; return 1; }
 }
 
-start_controller() { # name dir
-  local name=$1 dir=$2 base=${1%-standby} metrics probe extra=()
-  case $name in
+addresses() { # name: sets metrics and probe, the controller's bind addresses
+  case $1 in
   adapter-controller) metrics=$ADAPTER_METRICS probe=$ADAPTER_PROBE ;;
   adapter-controller-standby) metrics=$ADAPTER_STANDBY_METRICS probe=$ADAPTER_STANDBY_PROBE ;;
   router-controller) metrics=$ROUTER_METRICS probe=$ROUTER_PROBE ;;
   router-controller-standby) metrics=$ROUTER_STANDBY_METRICS probe=$ROUTER_STANDBY_PROBE ;;
-  *) echo "unknown controller $name" >&2; return 2 ;;
+  *) echo "unknown controller $1" >&2; return 2 ;;
   esac
+}
+
+start_controller() { # name dir
+  local name=$1 dir=$2 base=${1%-standby} metrics probe extra=()
+  addresses "$name"
   [ "$base" = adapter-controller ] && extra=(--inventory-period 2s)
   "$bin/$base" --kubeconfig "${CONTROLLER_KUBECONFIG:-$dir/$base.kubeconfig}" \
     --leader-elect --leader-election-namespace modelplane-system --leader-elect-lease-duration "$LEASE_DURATION" \
@@ -66,8 +75,7 @@ stop() { # name dir
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
   kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
+  poll 10 0.1 not_running "$pid" || kill -9 "$pid" 2>/dev/null || true
   rm -f "$f"
 }
 
@@ -76,16 +84,13 @@ crash() { # name dir
   [ -f "$f" ] || { echo "$1 is not running" >&2; return 1; }
   pid=$(cat "$f")
   kill -9 "$pid"
-  for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
+  poll 10 0.1 not_running "$pid" || true
   rm -f "$f"
 }
 
-# alive reports whether pid is a live process, not a zombie.
-alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
-
 ensure() { # name dir
   local f=$2/$1.pid
-  if [ -f "$f" ] && alive "$(cat "$f")"; then
+  if [ -f "$f" ] && running "$(cat "$f")"; then
     echo running
     return 0
   fi
@@ -130,7 +135,7 @@ scrape_configs:
 - job_name: router-controller
   static_configs: [{targets: ["$ROUTER_METRICS"]}]
 YAML
-  prometheus --config.file "$dir/prometheus.yml" --storage.tsdb.path "$dir/prometheus-data" \
+  "$bin/prometheus" --config.file "$dir/prometheus.yml" --storage.tsdb.path "$dir/prometheus-data" \
     --web.listen-address $PROMETHEUS >"$dir/prometheus.log" 2>&1 &
   echo $! >"$dir/prometheus.pid"
   wait_ready prometheus "http://$PROMETHEUS/-/ready" 60
@@ -142,6 +147,16 @@ down() { # dir
   done
 }
 
+ready() { # name
+  local metrics probe
+  addresses "$1"
+  curl -fs -o /dev/null "http://$probe/readyz"
+}
+
+logs() { # dir: the controllers write their logs there (start_controller)
+  compgen -G "$1/*-controller*.log" >/dev/null || { echo "no controller logs in $1" >&2; return 1; }
+}
+
 case "${1:-}" in
 up) up "${2:?dir}" ;;
 down) down "${2:?dir}" ;;
@@ -149,5 +164,8 @@ stop) stop "${2:?name}" "${3:?dir}" ;;
 start) start_controller "${2:?name}" "${3:?dir}" ;;
 kill) crash "${2:?name}" "${3:?dir}" ;;
 ensure) ensure "${2:?name}" "${3:?dir}" ;;
-*) echo "usage: $0 up|down DIR | stop|start|kill|ensure NAME DIR" >&2; exit 2 ;;
+ready) ready "${2:?name}" ;;
+restart-apiserver) "$root/hack/cluster.sh" restart-apiserver ${3:+"$3"} ;;
+logs) logs "${2:?dir}" ;;
+*) echo "usage: $0 up|down|logs DIR | stop|start|kill|ensure NAME DIR | ready NAME | restart-apiserver DIR [--compact]" >&2; exit 2 ;;
 esac

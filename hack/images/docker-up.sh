@@ -12,6 +12,7 @@
 #                            machine has no registry access: make e2e-deps builds the image kit)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/hack/lib.sh"
 log=${DOCKERD_LOG:-/var/log/modelplane-dockerd.log}
 pidfile=/run/modelplane-dockerd.pid
 
@@ -56,10 +57,7 @@ echo "Starting dockerd ${args[*]} (log: $log)"
   exec nohup dockerd "${args[@]}" >>"$log" 2>&1 </dev/null
 ) &
 echo $! >"$pidfile"
-for _ in $(seq 60); do
-  docker info >/dev/null 2>&1 && { echo "Docker engine: running ($(docker info -f '{{.ServerVersion}}'))"; exit 0; }
-  sleep 1
-done
+poll 60 1 quietly docker info && { echo "Docker engine: running ($(docker info -f '{{.ServerVersion}}'))"; exit 0; }
 echo "dockerd did not answer within 60 s; its log:" >&2
 tail -n 30 "$log" >&2
 exit 1

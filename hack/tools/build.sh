@@ -39,7 +39,8 @@ module_copy() {
   tmp=$(mktemp -d)
   trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
   local dir
-  dir=$(cd "$tmp" && go mod download -json "$1" | jq -r .Dir)
+  dir=$(cd "$tmp" && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$dir" ] || { echo "go mod download $1 named no directory" >&2; exit 1; }
   src=$tmp/src
   cp -r "$dir" "$src" && chmod -R u+w "$src"
 }
@@ -135,20 +136,32 @@ prometheus-operator)
   for n in "${names[@]}"; do link "$n"; done
   ;;
 prometheus)
-  # The Prometheus server for make e2e's Prometheus Operator (Debian's package is built without
-  # Kubernetes service discovery, which the operator's configuration needs). The module's
-  # version is v0.3xx.y for Prometheus v3.xx.y; PROMETHEUS_RELEASE names the release for
-  # --version. The module has a replace directive (go install refuses it): built in a copy.
-  # Without the builtinassets tag the web UI needs assets on disk; the HTTP API is all make
-  # e2e uses.
-  if ! have prometheus; then
-    echo "Building prometheus ${version}"
+  # The Prometheus server and promtool: the local stack scrapes with this server (make
+  # e2e-local, make soak, make demo), make test checks the alert rules with promtool, and the
+  # offline image kit puts the server in make e2e's Prometheus image. The module's version is
+  # v0.3xx.y for Prometheus v3.xx.y; PROMETHEUS_RELEASE names the release for --version. The
+  # module has a replace directive (go install refuses it): built in a copy. Without the
+  # builtinassets tag the web UI is not served (it needs assets on disk); the HTTP API is all
+  # the tests and the demo use.
+  names=(prometheus promtool)
+  if ! have "${names[@]}"; then
+    echo "Building prometheus and promtool ${version} (a cold build takes several minutes)"
     module_copy "github.com/prometheus/prometheus@$version"
     release=${PROMETHEUS_RELEASE:-$version}
     ldflags=$(prometheus_ldflags "$release")
-    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-$version" ./cmd/prometheus)
+    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/prometheus-$version" ./cmd/prometheus &&
+      go build -trimpath -ldflags "$ldflags" -o "$bin/promtool-$version" ./cmd/promtool)
   fi
-  link prometheus
+  for n in "${names[@]}"; do link "$n"; done
+  ;;
+jq)
+  # gojq (github.com/itchyny/gojq), a jq in Go, as bin/jq: the scripts' JSON filters.
+  if ! have jq; then
+    echo "Building jq (gojq ${version})"
+    goinstall gojq github.com/itchyny/gojq/cmd/gojq
+    mv "$bin/gojq-$version" "$bin/jq-$version"
+  fi
+  link jq
   ;;
 controller-gen)
   have controller-gen || { echo "Building controller-gen ${version}"; goinstall controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen; }

@@ -1,0 +1,44 @@
+# Sourced by the scripts under hack/: the one definition of what they share. Tools come from
+# bin/, where make builds them (never from PATH).
+lib_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# jq is gojq, built into bin/ by make (test-deps, e2e-deps, e2e).
+jq() { "$lib_root/bin/jq" "$@"; }
+
+# poll TIMEOUT INTERVAL COMMAND...: runs COMMAND every INTERVAL seconds until it succeeds;
+# returns 1 when TIMEOUT seconds have passed without success (the caller says what failed).
+poll() {
+  local deadline=$((SECONDS + $1)) interval=$2
+  shift 2
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep "$interval"
+  done
+}
+
+# running PID: a live process, not a zombie (an exited process may stay a zombie: a
+# container's init need not reap the orphaned children of kwokctl or of a script).
+running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+
+# not_running PID: the negation, for poll.
+not_running() { ! running "$1"; }
+
+# quietly COMMAND...: runs COMMAND with its output discarded (for poll).
+quietly() { "$@" >/dev/null 2>&1; }
+
+# open_port PORT: something accepts TCP connections on 127.0.0.1:PORT.
+open_port() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# e2e_hooks STACK DIR: exports the e2e suite's hook variables for a stack script, as
+# test/e2e/hooks.txt (the contract) defines them, with DIR as their log directory; and
+# E2E_STACK (the script, for the standby verbs) and E2E_LOG_DIR.
+e2e_hooks() {
+  local stack=$1 dir=$2 var cmd
+  while read -r var cmd; do
+    case $var in '' | '#'*) continue ;; esac
+    cmd=${cmd%% -- *}
+    cmd=${cmd//\$DIR/$dir}
+    export "$var=$stack ${cmd%"${cmd##*[![:space:]]}"}"
+  done <"$lib_root/test/e2e/hooks.txt"
+  export E2E_STACK=$stack E2E_LOG_DIR=$dir
+}

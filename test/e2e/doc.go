@@ -8,17 +8,13 @@
 //	E2E_ADAPTER_METRICS   adapter-controller metrics URL (HTTPS: with E2E_METRICS_TOKEN)
 //	E2E_ROUTER_METRICS    router-controller metrics URL
 //	E2E_METRICS_TOKEN     bearer token of a ServiceAccount allowed GET /metrics
-//	E2E_STOP_ROUTER / E2E_START_ROUTER  stop and start the router-controller
-//	E2E_KILL_ADAPTER / E2E_START_ADAPTER, E2E_KILL_ROUTER  SIGKILL the leader, bring it back
-//	E2E_ENSURE_ADAPTER / E2E_ENSURE_ROUTER  print "running" unless the process ended
-//	E2E_ADAPTER_READYZ / E2E_ROUTER_READYZ  readiness: a URL answering 200 or a command exiting 0
-//	E2E_RESTART_APISERVER SIGKILL kube-apiserver and wait until it answers again
 //	E2E_RENEW_DEADLINE    the controllers' leader election renew deadline (default 10s): an
 //	                      API outage shorter than it must not end a controller
-//	E2E_STACK             start/stop/kill NAME[-standby] DIR (leader failover)
 //	E2E_ADAPTER_STANDBY_METRICS / E2E_ROUTER_STANDBY_METRICS  the standbys' metrics URLs
-//	E2E_LOG_DIR           the controllers' logs (*-controller*.log); E2E_COLLECT_LOGS
-//	                      writes them there first (kind: kubectl logs of every replica)
+//	E2E_STOP_*, E2E_START_*, E2E_KILL_*, E2E_ENSURE_*, E2E_*_READYZ, E2E_RESTART_APISERVER*,
+//	E2E_COLLECT_LOGS, E2E_STACK, E2E_LOG_DIR
+//	                      the fault hooks: commands of the cluster kind's stack script, whose
+//	                      contract is hooks.txt (hack/lib.sh's e2e_hooks exports them)
 //	E2E_LEASE_DURATION    the controllers' leader election lease duration
 //	E2E_ENGINE_IMAGE      image of the model pods (kind: the fake engine image)
 //	E2E_REPO_ROOT         the repository (deploy/ is read from there)
@@ -31,5 +27,6 @@
 //
 // make e2e-local sets them for the local kwok cluster (hack/e2e-local.sh, hack/stack.sh),
 // make e2e for kind (hack/e2e-kind.sh, hack/e2e-kind-stack.sh). A test skips only where a
-// variable is missing, and says which.
+// variable is missing, and says which; the run lists every skip at the end and fails on one
+// that skips/<cluster kind>.txt does not expect (skipcheck).
 package e2e

@@ -18,6 +18,12 @@ KWOK_VERSION ?= v0.8.0
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 HELM_VERSION ?= v4.3.2
+# Prometheus v3.5.0 (LTS) is the module's v0.305.0, the version Prometheus Operator v0.85.0
+# uses: the local stack's server, make test's promtool and make e2e's Prometheus image.
+PROMETHEUS_VERSION ?= v3.5.0
+PROMETHEUS_MODULE_VERSION ?= v0.305.0
+# gojq, the scripts' jq.
+GOJQ_VERSION ?= v0.12.19
 
 KUBE_APISERVER := $(BIN)/kube-apiserver-$(KUBE_VERSION)
 ETCD := $(BIN)/etcd-$(ETCD_VERSION)
@@ -25,10 +31,13 @@ KWOK := $(BIN)/kwok-$(KWOK_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
+PROMETHEUS := $(BIN)/prometheus-$(PROMETHEUS_MODULE_VERSION)
+PROMTOOL := $(BIN)/promtool-$(PROMETHEUS_MODULE_VERSION)
+JQ := $(BIN)/jq-$(GOJQ_VERSION)
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
-MODULES := shared adapter-controller router-controller test hack/bench
+MODULES := shared adapter-controller router-controller test test/e2e hack/bench
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/modelplane/modelplane/shared/version.Version=$(VERSION)
 
@@ -41,6 +50,13 @@ BINARY ?= adapter-controller
 IMG ?= $(IMAGE_REGISTRY)/$(BINARY):$(IMAGE_TAG)
 # docker-buildx: the platforms of a multi-arch image (needs docker buildx and a registry).
 PLATFORMS ?= linux/amd64,linux/arm64
+# The Dockerfile's base images (its build arguments; the offline image kit builds stand-ins
+# under these names, labelled io.modelplane.kit=stand-in).
+BUILDER_IMAGE ?= golang:1.26
+BASE_IMAGE ?= gcr.io/distroless/static:nonroot
+IMAGE_BUILD_ARGS = --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) \
+  --build-arg BUILDER_IMAGE=$(BUILDER_IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE)
+export BUILDER_IMAGE BASE_IMAGE
 
 # envtest finds kube-apiserver, etcd and kubectl here.
 export KUBEBUILDER_ASSETS := $(BIN)
@@ -106,12 +122,12 @@ test: tools verify-generated chart-check test-rules test-promql ## Run unit and 
 PROMCHECK := cd hack/promcheck && GOWORK=off
 
 .PHONY: test-rules
-test-rules: test-deps ## Turn deploy/prometheus/prometheusrule.yaml into a rule file (hack/promcheck), then promtool check rules and promtool test rules (hack/promcheck/testdata/alerts_test.yaml).
+test-rules: $(PROMTOOL) ## Turn deploy/prometheus/prometheusrule.yaml into a rule file (hack/promcheck), then promtool check rules and promtool test rules (hack/promcheck/testdata/alerts_test.yaml).
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  ($(PROMCHECK) go run . rules ../../deploy/prometheus/prometheusrule.yaml) >"$$tmp/modelplane-rules.yaml"; \
 	  cp hack/promcheck/testdata/alerts_test.yaml "$$tmp/"; \
-	  promtool check rules "$$tmp/modelplane-rules.yaml"; \
-	  promtool test rules "$$tmp/alerts_test.yaml"
+	  $(PROMTOOL) check rules "$$tmp/modelplane-rules.yaml"; \
+	  $(PROMTOOL) test rules "$$tmp/alerts_test.yaml"
 
 .PHONY: test-promql
 test-promql: ## Parse every PromQL expression of the alerts and of deploy/grafana/modelplane.json and check each metric against the binaries' real scrape (hack/promcheck).
@@ -145,7 +161,12 @@ build: ## Build both controller binaries into bin/.
 
 .PHONY: docker-build
 docker-build: ## Build the image of one binary as $(IMG): make docker-build BINARY=router-controller IMAGE_TAG=v0.1.0.
-	docker build --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) -t $(IMG) .
+	@for i in $(BUILDER_IMAGE) $(BASE_IMAGE); do \
+	  if [ "$$(docker image inspect -f '{{index .Config.Labels "io.modelplane.kit"}}' $$i 2>/dev/null)" = stand-in ]; then \
+	    echo "docker-build: WARNING: $$i here is the offline image kit's stand-in (hack/images/kit.sh), not the upstream image: $(IMG) is for tests on this machine, not for release" >&2; \
+	  fi; \
+	done
+	docker build $(IMAGE_BUILD_ARGS) -t $(IMG) .
 
 .PHONY: docker-build-all
 docker-build-all: ## Build the images of both binaries ($(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG)).
@@ -162,7 +183,7 @@ docker-push-all: ## Push the images of both binaries.
 .PHONY: docker-buildx
 docker-buildx: ## Build and push a multi-arch image of one binary ($(IMG), PLATFORMS=$(PLATFORMS)) with docker buildx.
 	@docker buildx version >/dev/null 2>&1 || { echo "docker buildx is not available: use make docker-build (one platform)" >&2; exit 1; }
-	docker buildx build --platform $(PLATFORMS) --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) -t $(IMG) --push .
+	docker buildx build --platform $(PLATFORMS) $(IMAGE_BUILD_ARGS) -t $(IMG) --push .
 
 .PHONY: docker-buildx-all
 docker-buildx-all: ## Build and push multi-arch images of both binaries.
@@ -197,6 +218,10 @@ $(GOLANGCI_LINT):
 	hack/tools/build.sh golangci-lint $(GOLANGCI_LINT_VERSION)
 $(HELM):
 	hack/tools/build.sh helm $(HELM_VERSION)
+$(PROMETHEUS) $(PROMTOOL):
+	PROMETHEUS_RELEASE=$(PROMETHEUS_VERSION) hack/tools/build.sh prometheus $(PROMETHEUS_MODULE_VERSION)
+$(JQ):
+	hack/tools/build.sh jq $(GOJQ_VERSION)
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the pinned tools).
@@ -273,10 +298,7 @@ fake-engine: ## Build the fake vLLM/SGLang engine host process into bin/.
 	cd test && CGO_ENABLED=0 go build -o $(BIN)/fake-engine ./fakeengine/cmd/fake-engine
 
 .PHONY: test-deps
-test-deps: ## Install Prometheus and jq from Debian when missing (e2e-local scrapes with a real Prometheus).
-	@command -v prometheus >/dev/null && command -v jq >/dev/null || { \
-	  echo "Installing Debian's prometheus and jq"; apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus jq >/dev/null; }
+test-deps: $(PROMETHEUS) $(JQ) ## Build Prometheus (and promtool) and jq from the module proxy into bin/: the local stack scrapes with that Prometheus, the scripts filter JSON with that jq.
 
 .PHONY: e2e-local
 e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
@@ -302,31 +324,32 @@ CRICTL_VERSION ?= v1.37.0
 # The gateway and the monitoring stack make e2e runs (hack/images/kit.sh builds their images).
 TRAEFIK_VERSION ?= v3.6.12
 PROMETHEUS_OPERATOR_VERSION ?= v0.85.0
-# Prometheus v3.5.0 (LTS) is the module's v0.305.0, the version Prometheus Operator v0.85.0 uses.
-PROMETHEUS_VERSION ?= v3.5.0
-PROMETHEUS_MODULE_VERSION ?= v0.305.0
 KIND := $(BIN)/kind-$(KIND_VERSION)
 KIND_CLUSTER ?= modelplane-e2e
 KIND_NODE_IMAGE ?= kindest/node:$(KUBE_VERSION)
 E2E_DRY_RUN ?=
 export KUBE_VERSION ETCD_VERSION KIND_VERSION COREDNS_VERSION CRICTL_VERSION KIND_CLUSTER KIND_NODE_IMAGE IMAGE_REGISTRY
-export TRAEFIK_VERSION PROMETHEUS_OPERATOR_VERSION PROMETHEUS_VERSION PROMETHEUS_MODULE_VERSION
+export TRAEFIK_VERSION PROMETHEUS_OPERATOR_VERSION PROMETHEUS_VERSION PROMETHEUS_MODULE_VERSION GOJQ_VERSION
 
 $(KIND):
 	hack/tools/build.sh kind $(KIND_VERSION)
 
 .PHONY: e2e-deps
-e2e-deps: $(KIND) $(KUBE_APISERVER) ## What make e2e needs: a Docker engine (installed and started on Debian as root when none answers) and, where it started that engine, the offline image kit (hack/images).
+e2e-deps: $(KIND) $(KUBE_APISERVER) $(JQ) ## What make e2e needs: a Docker engine (installed and started on Debian as root when none answers) and, where it started that engine, the offline image kit (hack/images).
 	hack/images/docker-up.sh
 	@if [ -n "$$E2E_IMAGE_KIT" ] || hack/images/docker-up.sh --managed; then hack/images/kit.sh; \
 	  else echo "e2e-deps: Docker was already running; images come from their registries (E2E_IMAGE_KIT=1 builds the offline stand-ins)"; fi
 
 .PHONY: e2e
-e2e: $(KIND) $(KUBE_APISERVER) ## Run the e2e suite on kind (cluster $(KIND_CLUSTER)) with images built from the Dockerfile; E2E_DRY_RUN=1 prints the steps.
+e2e: $(KIND) $(KUBE_APISERVER) $(JQ) ## Run the e2e suite on kind (cluster $(KIND_CLUSTER)) with images built from the Dockerfile; E2E_DRY_RUN=1 prints the steps.
 	@if [ -z "$(E2E_DRY_RUN)" ]; then \
 	  docker info >/dev/null 2>&1 || { echo "make e2e needs a running Docker engine (docker info failed): run make e2e-deps, or make e2e-local for the kwok cluster" >&2; exit 1; }; \
 	fi
 	KIND=$(KIND) hack/e2e-kind.sh
+
+.PHONY: e2e-down
+e2e-down: $(KIND) ## Delete the kind cluster of make e2e ($(KIND_CLUSTER)) and its Docker network.
+	hack/e2e-kind.sh down
 
 .PHONY: demo
 demo: cluster-tools build fake-engine test-deps ## Start the local cluster, both controllers, fake engines and Prometheus, apply deploy/samples, print a summary; runs until Ctrl-C.

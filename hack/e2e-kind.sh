@@ -118,8 +118,8 @@ gwv=$(cd router-controller && GOWORK=off go list -m -f '{{.Version}}' sigs.k8s.i
 gw=$(GOWORK=off GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$gwv" | jq -r .Dir)
 run "${kubectl[@]}" apply --server-side -f "$gw/config/crd/standard"
 
-step "Prometheus Operator CRDs ($prometheus_operator_version)"
-po=$(cd "$art" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "github.com/prometheus-operator/prometheus-operator@$prometheus_operator_version" | jq -r .Dir)
+step "Prometheus Operator CRDs ($PROMETHEUS_OPERATOR_VERSION)"
+po=$(cd "$art" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | jq -r .Dir)
 run "${kubectl[@]}" apply --server-side -f "$po/example/prometheus-operator-crd"
 
 step "images ($registry/*:$tag)"
@@ -211,12 +211,12 @@ run "${kubectl[@]}" -n modelplane-system rollout status deploy/router-controller
 run "${kubectl[@]}" -n fake-engine-system rollout status deploy/fake-engine-admin --timeout 120s
 run "${kubectl[@]}" -n modelplane-system get pods -o wide
 
-step "gateway: Traefik $traefik_version, Gateway aibrix-system/aibrix-eg"
+step "gateway: Traefik $TRAEFIK_VERSION, Gateway aibrix-system/aibrix-eg"
 run "${kubectl[@]}" apply --server-side -k test/e2e/kind/gateway
 run "${kubectl[@]}" -n traefik-system rollout status deploy/traefik --timeout 120s
 run "${kubectl[@]}" -n aibrix-system wait --for=condition=Programmed gateway/aibrix-eg --timeout 120s
 
-step "monitoring: Prometheus Operator $prometheus_operator_version, Prometheus, deploy/prometheus"
+step "monitoring: Prometheus Operator $PROMETHEUS_OPERATOR_VERSION, Prometheus, deploy/prometheus"
 run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring
 run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring/modelplane
 run "${kubectl[@]}" -n monitoring rollout status deploy/prometheus-operator --timeout 120s

@@ -340,8 +340,12 @@ e2e-deps: $(KIND) $(KUBE_APISERVER) $(JQ) ## What make e2e needs: a Docker engin
 	@if [ -n "$$E2E_IMAGE_KIT" ] || hack/images/docker-up.sh --managed; then hack/images/kit.sh; \
 	  else echo "e2e-deps: Docker was already running; images come from their registries (E2E_IMAGE_KIT=1 builds the offline stand-ins)"; fi
 
+.PHONY: kit-present
+kit-present: ## Exit 0 exactly when the offline image kit's images are all in the Docker engine (.ci/run asks before it plans the kind stages).
+	@hack/images/kit.sh --present
+
 .PHONY: e2e
-e2e: $(KIND) $(KUBE_APISERVER) $(JQ) ## Run the e2e suite on kind (cluster $(KIND_CLUSTER)) with images built from the Dockerfile; E2E_DRY_RUN=1 prints the steps.
+e2e: $(KIND) $(KUBE_APISERVER) $(JQ) $(HELM) ## Run the e2e suite on kind (cluster $(KIND_CLUSTER)) with images built from the Dockerfile; E2E_DRY_RUN=1 prints the steps.
 	@if [ -z "$(E2E_DRY_RUN)" ]; then \
 	  docker info >/dev/null 2>&1 || { echo "make e2e needs a running Docker engine (docker info failed): run make e2e-deps, or make e2e-local for the kwok cluster" >&2; exit 1; }; \
 	fi

@@ -46,7 +46,8 @@ tool() { "$root/hack/tools/build.sh" "$@" >&2; }
 
 # kit.sh --present: exit 0 when every image that make e2e uses from the kit is already here (the
 # node image holds the Kubernetes images), else list the missing ones and exit 1. Builds nothing;
-# .ci/run uses it to tell what the kind stages will cost.
+# .ci/run uses it through make kit-present (which defines the versions) to tell what the kind
+# stages will cost.
 if [ "${1:-}" = --present ]; then
   docker info >/dev/null 2>&1 || { echo "kit: no Docker engine answers" >&2; exit 1; }
   missing=()

@@ -27,12 +27,11 @@ mkdir -p "$dir"
 kubectl apply -k "$root/hack/demo" >/dev/null
 echo "Applied deploy/samples: a 3-pod vLLM Deployment and the ModelAdapter qwen-code-lora"
 
-deadline=$((SECONDS + 120))
-until [ "$(kubectl get modeladapter qwen-code-lora -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] &&
-  kubectl -n aibrix-system get httproute qwen-code-lora-router qwen-coder-1-5b-instruct-router >/dev/null 2>&1; do
-  if ((SECONDS > deadline)); then echo "The adapter or the routes did not come up within 120s; logs in $dir" >&2; exit 1; fi
-  sleep 1
-done
+samples_up() {
+  [ "$(kubectl get modeladapter qwen-code-lora -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] &&
+    kubectl -n aibrix-system get httproute qwen-code-lora-router qwen-coder-1-5b-instruct-router >/dev/null 2>&1
+}
+poll 120 1 samples_up || { echo "The adapter or the routes did not come up within 120s; logs in $dir" >&2; exit 1; }
 
 sync_durations() { # metrics-url
   curl -fsS "$1" | awk '/^modelplane_cache_sync_duration_seconds_sum/ {

@@ -26,6 +26,8 @@ context=kind-$cluster
 node=$cluster-control-plane
 ns=modelplane-system
 k() { "$root/bin/kubectl" --context "$context" "$@"; }
+api_ready() { k get --raw=/readyz >/dev/null 2>&1; }
+api_down() { ! api_ready; }
 crictl() { docker exec "$node" crictl --timeout=60s "$@"; } # the default 2 s request timeout is short on a busy node
 
 leader() { # NAME: the leader's pod name
@@ -127,9 +129,9 @@ restart-apiserver)
   fi
   id=$(crictl ps -q --name kube-apiserver)
   crictl stop --timeout 0 "$id" >/dev/null
-  while k get --raw=/readyz >/dev/null 2>&1; do sleep 0.1; done
+  poll 60 0.1 api_down || { echo "kube-apiserver still answers /readyz 60 s after its container was stopped" >&2; exit 1; }
   down=$(date +%s.%N)
-  until k get --raw=/readyz >/dev/null 2>&1; do sleep 0.2; done
+  poll 300 0.2 api_ready || { echo "kube-apiserver not ready 300 s after it was SIGKILLed" >&2; exit 1; }
   echo "kube-apiserver SIGKILLed (container ${id:0:13}); API unavailable $(awk -v a="$down" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s$compacted"
   ;;
 logs)

@@ -55,14 +55,12 @@ export E2E_REPO_ROOT=$root
   "$art/skipcheck" -expected skips/kwok.txt) | tee "$art/e2e.log"
 
 echo "Querying Prometheus for both controllers' cache sync metrics"
-deadline=$((SECONDS + 30))
-while :; do
+both_scraped() {
   jobs=$(curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=count by (job) (modelplane_cache_sync_duration_seconds_count)' |
     jq -r '.data.result[].metric.job' | sort | tr '\n' ' ')
-  [ "$jobs" = "adapter-controller router-controller " ] && break
-  if ((SECONDS > deadline)); then echo "Prometheus has sync metrics for: '$jobs'; want both controllers" >&2; exit 1; fi
-  sleep 1
-done
+  [ "$jobs" = "adapter-controller router-controller " ]
+}
+poll 30 1 both_scraped || { echo "Prometheus has sync metrics for: '$jobs'; want both controllers" >&2; exit 1; }
 curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=modelplane_cache_sync_duration_seconds_count' |
   jq -r '.data.result[] | "\(.metric.job) \(.metric.kind) \(.value[1])"' | tee "$art/prometheus-scrape.txt"
 echo "e2e-local: passed"

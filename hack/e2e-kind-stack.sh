@@ -6,6 +6,7 @@
 #   kill NAME               SIGKILL the leader's container (crictl stop --timeout 0 on the
 #                           node): no graceful shutdown, the lease is not released; the
 #                           kubelet restarts the container
+#   kill NAME-standby       the same to the standby replica's container
 #   stop NAME DIR           scale the Deployment to 0 and wait until its pods are gone
 #   start NAME DIR          scale it back to 2 when stopped; wait until both replicas are Ready
 #   start NAME-standby DIR  port-forward the standby's metrics port to the port of
@@ -36,6 +37,10 @@ leader() { # NAME: the leader's pod name
 replicas() { # NAME: the pods of the Deployment
   k -n "$ns" get pods -l "app.kubernetes.io/name=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'
 }
+standby() { # NAME: a pod of the Deployment that is not the leader, once every replica is Ready
+  k -n "$ns" wait --for=condition=Ready pod -l "app.kubernetes.io/name=$1" --timeout=120s >/dev/null
+  replicas "$1" | grep -vx "$(leader "$1")" | head -n1
+}
 metrics_port() { # NAME: the local port of its standby metrics URL
   local var
   case $1 in
@@ -54,18 +59,17 @@ restart-apiserver | logs) name='' dir=${2:-$root/_artifacts/e2e-kind/suite} ;;
 esac
 case $verb in
 kill)
-  pod=$(leader "$name")
+  if [[ $name == *-standby ]]; then pod=$(standby "${name%-standby}"); else pod=$(leader "$name"); fi
+  [ -n "$pod" ] || { echo "$name: no such pod" >&2; exit 1; }
   id=$(crictl ps -q --name manager --label "io.kubernetes.pod.name=$pod")
   [ -n "$id" ] || { echo "no running manager container in $pod" >&2; exit 1; }
   crictl stop --timeout 0 "$id" >/dev/null
-  echo "SIGKILL to the leader $pod (container ${id:0:13})"
+  echo "SIGKILL to $name's pod $pod (container ${id:0:13})"
   ;;
 start)
   if [[ $name == *-standby ]]; then
     ctl=${name%-standby}
-    k -n "$ns" wait --for=condition=Ready pod -l "app.kubernetes.io/name=$ctl" --timeout=120s >/dev/null
-    lead=$(leader "$ctl")
-    standby=$(replicas "$ctl" | grep -vx "$lead" | head -n1)
+    standby=$(standby "$ctl")
     port=$(metrics_port "$ctl")
     mkdir -p "$dir"
     nohup "$root/bin/kubectl" --context "$context" -n "$ns" port-forward --address 127.0.0.1 "pod/$standby" "$port:8443" \

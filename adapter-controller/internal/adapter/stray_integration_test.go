@@ -15,8 +15,9 @@ import (
 // TestStraysSwept: adapters this controller loaded whose ModelAdapter went away without
 // the unload — one whose unloads were abandoned after the deletion retries, one whose
 // finalizer was removed by hand — are unloaded by the inventory sweep once the engine
-// answers again. Adapters the engine was started with, or that another client loaded, are
-// never touched.
+// answers again. Adapters the engine was started with, or that another client loaded, and
+// an adapter whose ModelAdapter still exists are never touched, by that sweep or by the
+// inventory's later listings of the pod.
 func TestStraysSwept(t *testing.T) {
 	needEnv(t)
 	ctx := ctxFor(t)
@@ -24,8 +25,8 @@ func TestStraysSwept(t *testing.T) {
 	ip := newIP()
 	e := engine(t, ip, 8000, fakeengine.Options{Preload: map[string]string{"static": "/models/static", "foreign": "/models/foreign"}})
 	modelPod(t, ns, "sw-0", ip, modelLabels("sw"))
-	abandoned, byHand := newAdapter(ns, "abandoned", "sw"), newAdapter(ns, "by-hand", "sw")
-	for _, a := range []*v1alpha1.ModelAdapter{abandoned, byHand} {
+	abandoned, byHand, kept := newAdapter(ns, "abandoned", "sw"), newAdapter(ns, "by-hand", "sw"), newAdapter(ns, "kept", "sw")
+	for _, a := range []*v1alpha1.ModelAdapter{abandoned, byHand, kept} {
 		if err := k8s.Create(ctx, a); err != nil {
 			t.Fatal(err)
 		}
@@ -70,9 +71,12 @@ func TestStraysSwept(t *testing.T) {
 		return !slices.Contains(got, "abandoned") && !slices.Contains(got, "by-hand")
 	})
 	t.Logf("strays unloaded %s after the engine answered again (inventory period %s)", time.Since(start).Round(10*time.Millisecond), inventoryPeriod)
-	time.Sleep(2 * inventoryPeriod)
-	if got := e.Loaded(); joined(got) != "foreign,static" {
-		t.Errorf("the engine holds %v, want only the adapters it was started with: foreign, static", got)
+	// Proof that the inventory looked again before asserting that it left the rest alone: two
+	// more listings of the pod (kept keeps it recorded, so every poll lists it).
+	listed = e.Lists()
+	waitFor(t, 10*inventoryPeriod, "two more inventory listings of the pod after the sweep", func() bool { return e.Lists() >= listed+2 })
+	if got := e.Loaded(); joined(got) != "foreign,kept,static" {
+		t.Errorf("the engine holds %v, want the adapters it was started with and the one whose ModelAdapter exists: foreign, kept, static", got)
 	}
 	if got := metricValue(t, "modelplane_adapter_stray_unloads_total", map[string]string{"result": "success"}) - strays; got != 2 {
 		t.Errorf("modelplane_adapter_stray_unloads_total{result=success} grew by %v, want 2", got)

@@ -54,7 +54,8 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // TestLeaderFailover: two replicas with leader election (lease 3s, renew 2s, retry 500ms);
 // the leader's API connection dies without releasing the lease (its proxy is closed, as if
 // the process crashed). The warm standby takes over and loads a new adapter within the
-// lease duration + 2s, without listing anything again.
+// 5 lease durations (15 s, 3.7× the slowest failover measured), without listing anything
+// again.
 func TestLeaderFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs envtest")
@@ -156,10 +157,10 @@ func TestLeaderFailover(t *testing.T) {
 	syncsAfter, listsAfter := syncs(), lists.n.Load()
 	t.Logf("failover: standby loaded a new adapter %s after the leader died (lease %s); cache syncs %v -> %v, standby lists %d -> %d",
 		took.Round(10*time.Millisecond), lease, syncsBefore, syncsAfter, listsBefore, listsAfter)
-	// The bound keeps 3× the measured failover (docs/reliability.md, "Wall-clock limits"),
+	// The bound keeps at least 3× the measured failover (docs/reliability.md, "Wall-clock limits"),
 	// still far below what a standby that has to list again or waits for a much later retry
 	// would need. Warmth itself is checked by counts below.
-	if limit := 4 * lease; took > limit {
+	if limit := 5 * lease; took > limit {
 		t.Errorf("failover took %s, want at most %s", took, limit)
 	}
 	if syncsAfter != syncsBefore {

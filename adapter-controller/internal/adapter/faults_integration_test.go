@@ -28,7 +28,10 @@ func TestEngineFaultsClassified(t *testing.T) {
 		{"unauthorized", &fakeengine.Fault{Op: fakeengine.OpLoad, Status: 401}, "EngineUnauthorized"},
 		{"hang past the timeout", &fakeengine.Fault{Op: fakeengine.OpLoad, Hang: time.Minute}, "EngineTimeout"},
 		{"connection refused", nil, "EngineUnreachable"},
-		{"10 MB body", &fakeengine.Fault{Op: fakeengine.OpLoad, HugeBody: 10 << 20}, "EngineResponseTooLarge"},
+		// Lie: the engine answers without loading, so that the answer is the only thing the
+		// controller learns. A load that takes effect behind an oversized answer ends Running
+		// once a listing shows it (TestOversizedAnswerToALoadThatTookEffect).
+		{"10 MB body", &fakeengine.Fault{Op: fakeengine.OpLoad, HugeBody: 10 << 20, Lie: true}, "EngineResponseTooLarge"},
 		{"malformed list", &fakeengine.Fault{Op: fakeengine.OpList, Malformed: true}, "EngineBadResponse"},
 		{"lying engine", &fakeengine.Fault{Op: fakeengine.OpLoad, Lie: true}, "NotVerified"},
 	}
@@ -60,6 +63,29 @@ func TestEngineFaultsClassified(t *testing.T) {
 			t.Logf("%s: Ready False/%s after %s, phase %s: %s", tc.name, c.Reason, time.Since(start).Round(10*time.Millisecond), got.Status.Phase, c.Message)
 		})
 	}
+}
+
+// TestOversizedAnswerToALoadThatTookEffect: the engine loads the adapter but answers with a
+// 10 MB body, which the client refuses. The engine's listing is what counts: the adapter ends
+// Running on that pod, not Failed.
+func TestOversizedAnswerToALoadThatTookEffect(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	ip := newIP()
+	e := engine(t, ip, 8000, fakeengine.Options{})
+	e.SetFault(fakeengine.Fault{Op: fakeengine.OpLoad, HugeBody: 10 << 20})
+	modelPod(t, ns, "big-0", ip, modelLabels("big"))
+	a := newAdapter(ns, "big", "big")
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got := waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on big-0", running(1))
+	loads := e.Loads()
+	if _, held := e.Adapters()["big"]; loads < 1 || !held {
+		t.Fatalf("Running with %d load(s) sent and the engine holding %v", loads, e.Adapters())
+	}
+	t.Logf("Running after %d load(s): %s", loads, readyCondition(got).Message)
 }
 
 // TestFailingLoadsBackOffWithoutLeaking: a load that keeps failing is retried with growing

@@ -3,8 +3,6 @@ package adapter
 import (
 	"fmt"
 	"maps"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -70,19 +68,40 @@ func TestRecorders(t *testing.T) {
 	}
 }
 
-// instanceSeries renders the modelplane_adapter_instances series of the adapters named in
-// keys ("namespace/name"), for testutil.CollectAndCompare.
-func instanceSeries(values map[string][2]int) string {
-	var b strings.Builder
-	b.WriteString("# HELP modelplane_adapter_instances Engine pods per ModelAdapter: desired (placed on) and ready (loaded and verified). Two series per adapter, removed when the adapter is deleted.\n")
-	b.WriteString("# TYPE modelplane_adapter_instances gauge\n")
-	for _, key := range slices.Sorted(maps.Keys(values)) {
-		ns, name, _ := strings.Cut(key, "/")
-		v := values[key]
-		fmt.Fprintf(&b, "modelplane_adapter_instances{name=%q,namespace=%q,state=\"desired\"} %d\n", name, ns, v[0])
-		fmt.Fprintf(&b, "modelplane_adapter_instances{name=%q,namespace=%q,state=\"ready\"} %d\n", name, ns, v[1])
+// instancesIn returns the modelplane_adapter_instances values (desired, ready) of the
+// adapters of one namespace by name, and how many series they are. Only that namespace is
+// read: the envtest suite's controller runs in this process and publishes its own adapters'
+// series meanwhile.
+func instancesIn(t *testing.T, namespace string) (map[string][2]int, int) {
+	t.Helper()
+	ch := make(chan prometheus.Metric)
+	go func() { adapterInstances.Collect(ch); close(ch) }()
+	got, series := map[string][2]int{}, 0
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{}
+		for _, l := range pb.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["namespace"] != namespace {
+			continue
+		}
+		series++
+		v := got[labels["name"]]
+		switch InstanceState(labels["state"]) {
+		case InstancesDesired:
+			v[0] = int(pb.GetGauge().GetValue())
+		case InstancesReady:
+			v[1] = int(pb.GetGauge().GetValue())
+		default:
+			t.Errorf("series with state %q", labels["state"])
+		}
+		got[labels["name"]] = v
 	}
-	return b.String()
+	return got, series
 }
 
 // TestAdapterInstancesMetric: a reconcile publishes the desired and ready instances of an
@@ -90,8 +109,10 @@ func instanceSeries(values map[string][2]int) string {
 // from the cache, whoever deleted it.
 func TestAdapterInstancesMetric(t *testing.T) {
 	RegisterMetrics()
-	adapterInstances.Reset()
-	t.Cleanup(adapterInstances.Reset)
+	// Only namespace "ns" is this test's: the envtest suite's series are left alone.
+	forget := func() { adapterInstances.DeletePartialMatch(prometheus.Labels{"namespace": "ns"}) }
+	forget()
+	t.Cleanup(forget)
 
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
@@ -142,9 +163,9 @@ func TestAdapterInstancesMetric(t *testing.T) {
 	recordInstances("ns", "leaving", 2, 1)
 
 	reconcileAll("all", "one", "unplaced", "leaving", "gone")
-	want := instanceSeries(map[string][2]int{"ns/all": {2, 2}, "ns/one": {1, 1}, "ns/unplaced": {0, 0}})
-	if err := testutil.CollectAndCompare(adapterInstances, strings.NewReader(want)); err != nil {
-		t.Errorf("after the first reconciles:\n%v", err)
+	want := map[string][2]int{"all": {2, 2}, "one": {1, 1}, "unplaced": {0, 0}}
+	if got, _ := instancesIn(t, "ns"); !maps.Equal(got, want) {
+		t.Errorf("after the first reconciles: (desired, ready) by adapter %v, want %v", got, want)
 	}
 
 	if err := c.Delete(t.Context(), adapter("all")); err != nil {
@@ -152,11 +173,12 @@ func TestAdapterInstancesMetric(t *testing.T) {
 	}
 	reconcileAll("all") // sees the deletion: unloads, releases the finalizer
 	reconcileAll("all") // gone from the cache
-	want = instanceSeries(map[string][2]int{"ns/one": {1, 1}, "ns/unplaced": {0, 0}})
-	if err := testutil.CollectAndCompare(adapterInstances, strings.NewReader(want)); err != nil {
-		t.Errorf("after deleting ns/all:\n%v", err)
+	want = map[string][2]int{"one": {1, 1}, "unplaced": {0, 0}}
+	got, series := instancesIn(t, "ns")
+	if !maps.Equal(got, want) {
+		t.Errorf("after deleting ns/all: (desired, ready) by adapter %v, want %v", got, want)
 	}
-	if n := testutil.CollectAndCount(adapterInstances); n != 4 {
-		t.Errorf("%d series for 2 adapters, want 2 per adapter", n)
+	if series != 2*len(got) {
+		t.Errorf("%d series for %d adapters, want 2 per adapter", series, len(got))
 	}
 }

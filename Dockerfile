@@ -28,14 +28,14 @@ COPY adapter-controller/ adapter-controller/
 COPY router-controller/ router-controller/
 RUN for m in adapter-controller router-controller; do \
       (cd $m && go build -trimpath \
-        -ldflags "-s -w -X github.com/modelplane/modelplane/shared/version.Version=${VERSION}" \
+        -ldflags "-s -w -X github.com/loraplane/loraplane/shared/version.Version=${VERSION}" \
         -o /out/$m .) || exit 1; \
     done
 
 FROM ${BASE_IMAGE}
 ARG BINARY=adapter-controller
-LABEL org.opencontainers.image.title="modelplane ${BINARY}" \
-      org.opencontainers.image.source="https://github.com/modelplane/modelplane"
+LABEL org.opencontainers.image.title="loraplane ${BINARY}" \
+      org.opencontainers.image.source="https://github.com/loraplane/loraplane"
 COPY --from=builder /out/${BINARY} /manager
 USER 65532:65532
 ENTRYPOINT ["/manager"]

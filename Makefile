@@ -1,4 +1,4 @@
-# modelplane: Kubernetes controllers for LLM serving.
+# loraplane: Kubernetes controllers for LLM serving.
 #
 # Every tool is built from the Go module proxy into bin/ (see hack/tools/build.sh) and used
 # from there, never from PATH. `make help` lists the targets.
@@ -39,19 +39,19 @@ KUBECTL := $(BIN)/kubectl
 BINARIES := adapter-controller router-controller
 MODULES := shared adapter-controller router-controller test test/e2e hack/bench
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/modelplane/modelplane/shared/version.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/loraplane/loraplane/shared/version.Version=$(VERSION)
 
 # Images: $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG). The same two variables name the images in
 # docker-build/docker-push, make deploy (a kustomize overlay's images:) and make helm-deploy
 # (the chart's image.registry and image.tag). IMG overrides the whole name of one image.
-IMAGE_REGISTRY ?= ghcr.io/modelplane
+IMAGE_REGISTRY ?= ghcr.io/loraplane
 IMAGE_TAG ?= $(VERSION)
 BINARY ?= adapter-controller
 IMG ?= $(IMAGE_REGISTRY)/$(BINARY):$(IMAGE_TAG)
 # docker-buildx: the platforms of a multi-arch image (needs docker buildx and a registry).
 PLATFORMS ?= linux/amd64,linux/arm64
 # The Dockerfile's base images (its build arguments; the offline image kit builds stand-ins
-# under these names, labelled io.modelplane.kit=stand-in).
+# under these names, labelled io.loraplane.kit=stand-in).
 BUILDER_IMAGE ?= golang:1.26
 BASE_IMAGE ?= gcr.io/distroless/static:nonroot
 IMAGE_BUILD_ARGS = --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) \
@@ -75,7 +75,7 @@ help: ## Show this help.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API types.
 	cd shared && $(CONTROLLER_GEN) object paths=./api/...
 
-CHART := deploy/chart/modelplane
+CHART := deploy/chart/loraplane
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from markers (deploy/ and the Helm chart's copies).
@@ -87,7 +87,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from mar
 	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=$$b paths="$$paths" output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
 	  cp deploy/$$b/rbac/role.yaml $(CHART)/files/$$b-role.yaml; \
 	done
-	cd adapter-controller && $(CONTROLLER_GEN) rbac:roleName=modelplane-adapter-cleanup paths=./internal/cleanup/... output:stdout > $(ROOT)/$(CHART)/files/adapter-cleanup-role.yaml
+	cd adapter-controller && $(CONTROLLER_GEN) rbac:roleName=loraplane-adapter-cleanup paths=./internal/cleanup/... output:stdout > $(ROOT)/$(CHART)/files/adapter-cleanup-role.yaml
 	cp deploy/crds/model.aibrix.ai_modeladapters.yaml $(CHART)/crds/
 
 .PHONY: verify-generated
@@ -124,13 +124,13 @@ PROMCHECK := cd hack/promcheck && GOWORK=off
 .PHONY: test-rules
 test-rules: $(PROMTOOL) ## Turn deploy/prometheus/prometheusrule.yaml into a rule file (hack/promcheck), then promtool check rules and promtool test rules (hack/promcheck/testdata/alerts_test.yaml).
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	  ($(PROMCHECK) go run . rules ../../deploy/prometheus/prometheusrule.yaml) >"$$tmp/modelplane-rules.yaml"; \
+	  ($(PROMCHECK) go run . rules ../../deploy/prometheus/prometheusrule.yaml) >"$$tmp/loraplane-rules.yaml"; \
 	  cp hack/promcheck/testdata/alerts_test.yaml "$$tmp/"; \
-	  $(PROMTOOL) check rules "$$tmp/modelplane-rules.yaml"; \
+	  $(PROMTOOL) check rules "$$tmp/loraplane-rules.yaml"; \
 	  $(PROMTOOL) test rules "$$tmp/alerts_test.yaml"
 
 .PHONY: test-promql
-test-promql: ## Parse every PromQL expression of the alerts and of deploy/grafana/modelplane.json and check each metric against the binaries' real scrape (hack/promcheck).
+test-promql: ## Parse every PromQL expression of the alerts and of deploy/grafana/loraplane.json and check each metric against the binaries' real scrape (hack/promcheck).
 	$(PROMCHECK) go test -count=1 ./...
 
 .PHONY: metrics-scrape
@@ -140,10 +140,10 @@ metrics-scrape: ## Regenerate hack/promcheck/testdata/exported-metrics.txt from 
 .PHONY: chart-check
 chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint and helm template the chart with its defaults and with ci/full-values.yaml (into _artifacts/chart); test/chart compares it with deploy/default.
 	@mkdir -p _artifacts/chart
-	$(HELM) lint --strict $(CHART) --namespace modelplane-system
-	$(HELM) lint --strict $(CHART) --namespace modelplane-system -f $(CHART)/ci/full-values.yaml
-	$(HELM) template modelplane $(CHART) --namespace modelplane-system --include-crds > _artifacts/chart/defaults.yaml
-	$(HELM) template modelplane $(CHART) --namespace modelplane-system --include-crds -f $(CHART)/ci/full-values.yaml > _artifacts/chart/full-values.yaml
+	$(HELM) lint --strict $(CHART) --namespace loraplane-system
+	$(HELM) lint --strict $(CHART) --namespace loraplane-system -f $(CHART)/ci/full-values.yaml
+	$(HELM) template loraplane $(CHART) --namespace loraplane-system --include-crds > _artifacts/chart/defaults.yaml
+	$(HELM) template loraplane $(CHART) --namespace loraplane-system --include-crds -f $(CHART)/ci/full-values.yaml > _artifacts/chart/full-values.yaml
 	@echo "chart-check: $$(grep -c '^kind:' _artifacts/chart/defaults.yaml) objects with the defaults, $$(grep -c '^kind:' _artifacts/chart/full-values.yaml) with ci/full-values.yaml"
 
 .PHONY: test-unit
@@ -162,7 +162,7 @@ build: ## Build both controller binaries into bin/.
 .PHONY: docker-build
 docker-build: ## Build the image of one binary as $(IMG): make docker-build BINARY=router-controller IMAGE_TAG=v0.1.0.
 	@for i in $(BUILDER_IMAGE) $(BASE_IMAGE); do \
-	  if [ "$$(docker image inspect -f '{{index .Config.Labels "io.modelplane.kit"}}' $$i 2>/dev/null)" = stand-in ]; then \
+	  if [ "$$(docker image inspect -f '{{index .Config.Labels "io.loraplane.kit"}}' $$i 2>/dev/null)" = stand-in ]; then \
 	    echo "docker-build: WARNING: $$i here is the offline image kit's stand-in (hack/images/kit.sh), not the upstream image: $(IMG) is for tests on this machine, not for release" >&2; \
 	  fi; \
 	done
@@ -244,8 +244,8 @@ KUSTOMIZE_DIR ?= deploy/default
 # The overlay make deploy applies: $(KUSTOMIZE_DIR) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG).
 DEPLOY_OVERLAY := _artifacts/deploy
 UNDEPLOY_TIMEOUT ?= 5m
-HELM_RELEASE ?= modelplane
-HELM_NAMESPACE ?= modelplane-system
+HELM_RELEASE ?= loraplane
+HELM_NAMESPACE ?= loraplane-system
 HELM_ARGS ?=
 
 .PHONY: deploy-overlay
@@ -254,7 +254,7 @@ deploy-overlay:
 	@printf '%s\n' '# Generated by make deploy: $(KUSTOMIZE_DIR) with the images of IMAGE_REGISTRY and IMAGE_TAG.' \
 	  'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' 'resources:' \
 	  "- $$(realpath --relative-to=$(DEPLOY_OVERLAY) $(KUSTOMIZE_DIR))" 'images:' \
-	  $(foreach b,$(BINARIES),'- name: ghcr.io/modelplane/$(b)' '  newName: $(IMAGE_REGISTRY)/$(b)' '  newTag: "$(IMAGE_TAG)"') \
+	  $(foreach b,$(BINARIES),'- name: ghcr.io/loraplane/$(b)' '  newName: $(IMAGE_REGISTRY)/$(b)' '  newTag: "$(IMAGE_TAG)"') \
 	  > $(DEPLOY_OVERLAY)/kustomization.yaml
 
 .PHONY: deploy
@@ -274,7 +274,7 @@ undeploy: deploy-overlay $(KUBE_APISERVER) ## Remove what `make deploy` installe
 .PHONY: helm-deploy
 helm-deploy: $(HELM) $(KUBE_APISERVER) ## Apply the chart's CRD, then install or upgrade the Helm chart (release $(HELM_RELEASE) in $(HELM_NAMESPACE)) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG); HELM_ARGS adds flags.
 	@# Helm installs crds/ only when the CRD is absent and never upgrades it: over AIBrix's
-	@# ModelAdapter CRD, or an older modelplane's, the chart's is applied first.
+	@# ModelAdapter CRD, or an older loraplane's, the chart's is applied first.
 	$(HELM) show crds $(CHART) | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(HELM) upgrade --install $(HELM_RELEASE) $(CHART) --namespace $(HELM_NAMESPACE) --create-namespace --take-ownership \
 	  --set image.registry=$(IMAGE_REGISTRY) --set-string image.tag=$(IMAGE_TAG) --wait --timeout 5m $(HELM_ARGS)
@@ -325,7 +325,7 @@ CRICTL_VERSION ?= v1.37.0
 TRAEFIK_VERSION ?= v3.6.12
 PROMETHEUS_OPERATOR_VERSION ?= v0.85.0
 KIND := $(BIN)/kind-$(KIND_VERSION)
-KIND_CLUSTER ?= modelplane-e2e
+KIND_CLUSTER ?= loraplane-e2e
 KIND_NODE_IMAGE ?= kindest/node:$(KUBE_VERSION)
 E2E_DRY_RUN ?=
 export KUBE_VERSION ETCD_VERSION KIND_VERSION COREDNS_VERSION CRICTL_VERSION KIND_CLUSTER KIND_NODE_IMAGE IMAGE_REGISTRY

@@ -5,8 +5,8 @@ package main
 import (
 	"context"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	"github.com/modelplane/modelplane/shared/app"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	"github.com/loraplane/loraplane/shared/app"
 )
 
 func main() {

@@ -9,13 +9,13 @@
 #                                       /readyz answers
 #   hack/cluster.sh logs DIR   copy the cluster components' logs into DIR
 #
-# Environment: CLUSTER_NAME (modelplane), CLUSTER_NODES (4; 250 pods each, podCIDR 127.0.N.0/24).
+# Environment: CLUSTER_NAME (loraplane), CLUSTER_NODES (4; 250 pods each, podCIDR 127.0.N.0/24).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/bin
 . "$root/hack/lib.sh"
-name=${CLUSTER_NAME:-modelplane}
+name=${CLUSTER_NAME:-loraplane}
 nodes=${CLUSTER_NODES:-4}
 export KWOK_WORKDIR=$root/_artifacts/kwok
 kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws key panels of deploy/grafana/modelplane.json from a real Prometheus into a PNG: the
+# Draws key panels of deploy/grafana/loraplane.json from a real Prometheus into a PNG: the
 # Prometheus graph page (one per panel, side by side in one page) in headless Chromium.
 #
 #   hack/dashboard-png.sh [PROMETHEUS_URL] [OUT]
@@ -39,10 +39,10 @@ fi
 
 # Panel title and expression, as in the dashboard ($__range and $__rate_interval fixed).
 panels=(
-  "Cache sync duration p99 by resource (s)|histogram_quantile(0.99, sum by (controller, kind, le) (increase(modelplane_cache_sync_duration_seconds_bucket[$range])))"
-  "Caches synced (0 = the sync gate is closed)|min by (controller, kind) (modelplane_cache_synced)"
-  "Objects per cache|max by (controller, kind) (modelplane_cache_objects)"
-  "Adapters by phase, routes by state|max by (phase) (modelplane_adapters) or max by (state) (modelplane_routes)"
+  "Cache sync duration p99 by resource (s)|histogram_quantile(0.99, sum by (controller, kind, le) (increase(loraplane_cache_sync_duration_seconds_bucket[$range])))"
+  "Caches synced (0 = the sync gate is closed)|min by (controller, kind) (loraplane_cache_synced)"
+  "Objects per cache|max by (controller, kind) (loraplane_cache_objects)"
+  "Adapters by phase, routes by state|max by (phase) (loraplane_adapters) or max by (state) (loraplane_routes)"
 )
 # One screenshot per panel (the graph page with that expression), then one page of the four.
 n=0

@@ -34,13 +34,13 @@ samples_up() {
 poll 120 1 samples_up || { echo "The adapter or the routes did not come up within 120s; logs in $dir" >&2; exit 1; }
 
 sync_durations() { # metrics-url
-  curl -fsS "$1" | awk '/^modelplane_cache_sync_duration_seconds_sum/ {
+  curl -fsS "$1" | awk '/^loraplane_cache_sync_duration_seconds_sum/ {
     match($0, /kind="[^"]*"/); kind = substr($0, RSTART + 6, RLENGTH - 7); printf "    %-16s %.3fs\n", kind, $2 }'
 }
 
 cat <<TXT
 
-================ modelplane demo ================
+================ loraplane demo ================
 ModelAdapters:
 $(kubectl get modeladapters -A | sed 's/^/  /')
 
@@ -52,12 +52,12 @@ Engines (fake vLLM on the pods' loopback IPs):
 $(curl -fsS http://127.0.0.1:19400/engines | jq -r '.[] | "  \(.pod) \(.ip):\(.port) loaded=\(.loaded)"')
 
 Cache sync per resource:
-  adapter-controller (startup $(curl -fsS http://127.0.0.1:18080/metrics | awk '/^modelplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
+  adapter-controller (startup $(curl -fsS http://127.0.0.1:18080/metrics | awk '/^loraplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
 $(sync_durations http://127.0.0.1:18080/metrics)
-  router-controller (startup $(curl -fsS http://127.0.0.1:18090/metrics | awk '/^modelplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
+  router-controller (startup $(curl -fsS http://127.0.0.1:18090/metrics | awk '/^loraplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
 $(sync_durations http://127.0.0.1:18090/metrics)
 
-Prometheus API:  curl 'http://127.0.0.1:19090/api/v1/query?query=modelplane_cache_sync_duration_seconds_sum'
+Prometheus API:  curl 'http://127.0.0.1:19090/api/v1/query?query=loraplane_cache_sync_duration_seconds_sum'
                  (built from its Go module without the web UI)
 Metrics:         http://127.0.0.1:18080/metrics (adapter), http://127.0.0.1:18090/metrics (router)
 Readiness:       http://127.0.0.1:18081/readyz?verbose, http://127.0.0.1:18091/readyz?verbose

@@ -9,7 +9,7 @@
 #              the release either; the release namespace (kept: it held the release record)
 #              and the model's are then deleted and no namespace stays Terminating
 #   undeploy   the same with make undeploy after a kustomize install (by hand, not in make
-#              e2e): the adapter is unloaded, the CRD and modelplane-system are gone
+#              e2e): the adapter is unloaded, the CRD and loraplane-system are gone
 #
 # Environment: KIND_CLUSTER, E2E_IMAGE_TAG and IMAGE_REGISTRY as for hack/e2e-kind.sh;
 # E2E_ENGINE_ADMIN (default http://127.0.0.1:29400) is the fake engines' admin aggregator.
@@ -17,13 +17,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/lib.sh"
-cluster=${KIND_CLUSTER:-modelplane-e2e}
+cluster=${KIND_CLUSTER:-loraplane-e2e}
 context=kind-$cluster
-registry=${IMAGE_REGISTRY:-ghcr.io/modelplane}
+registry=${IMAGE_REGISTRY:-ghcr.io/loraplane}
 tag=${E2E_IMAGE_TAG:-e2e}
 admin=${E2E_ENGINE_ADMIN:-http://127.0.0.1:29400}
 art=$root/_artifacts/e2e-kind
-ns=modelplane-system
+ns=loraplane-system
 k() { "$root/bin/kubectl" --context "$context" "$@"; }
 helm() { "$root/bin/helm" --kube-context "$context" "$@"; }
 fail() { echo "e2e-kind-helm: $*" >&2; exit 1; }
@@ -37,7 +37,7 @@ upgrade() {
   before_a=$(rs adapter-controller) before_r=$(rs router-controller)
   echo "before: adapter-controller pods from ReplicaSet(s) $before_a; router-controller from $before_r"
   start=$(date +%s)
-  helm upgrade modelplane deploy/chart/modelplane -n "$ns" --reuse-values \
+  helm upgrade loraplane deploy/chart/loraplane -n "$ns" --reuse-values \
     --set adapterController.flags.max-concurrent-reconciles=4 --set adapterController.flags.v=4 \
     --set routerController.flags.max-concurrent-reconciles=4 --set routerController.flags.v=4 \
     --wait --timeout 5m
@@ -68,7 +68,7 @@ upgrade() {
   after_a=$(rs adapter-controller) after_r=$(rs router-controller)
   echo "after:  adapter-controller pods from ReplicaSet(s) $after_a; router-controller from $after_r"
   [ "$after_a" != "$before_a" ] && [ "$after_r" != "$before_r" ] || fail "a Deployment did not roll"
-  helm history modelplane -n "$ns" | tee "$art/helm-history.txt"
+  helm history loraplane -n "$ns" | tee "$art/helm-history.txt"
 }
 
 loaded() { # NAMESPACE ADAPTER: how many engines hold the adapter
@@ -142,7 +142,7 @@ uninstall() {
   local mns=helm-uninstall n start
   load_adapter "$mns"
   start=$(date +%s)
-  helm uninstall modelplane -n "$ns" --wait --timeout 5m
+  helm uninstall loraplane -n "$ns" --wait --timeout 5m
   echo "helm uninstall took $(($(date +%s) - start)) s"
   n=$(loaded "$mns" lora-uninstall)
   [ "$n" = 0 ] || fail "lora-uninstall is still loaded on $n engines after the uninstall"
@@ -153,10 +153,10 @@ uninstall() {
   # The release namespace is kept (it held the release record); nothing of the release is
   # left in it. Deleting it, as a user would next, must not get stuck either.
   local inside remains
-  inside=$(k -n "$ns" get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,jobs -l app.kubernetes.io/instance=modelplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
+  inside=$(k -n "$ns" get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,jobs -l app.kubernetes.io/instance=loraplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
   [ -z "$inside" ] || fail "left in $ns: $inside"
   remains=$(k get all,serviceaccounts,roles,rolebindings,poddisruptionbudgets,jobs,clusterroles,clusterrolebindings -A \
-    -l app.kubernetes.io/instance=modelplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
+    -l app.kubernetes.io/instance=loraplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
   [ -z "$remains" ] || fail "objects of the release left: $remains"
   k delete namespace "$ns" "$mns" --wait --timeout 180s
   no_terminating

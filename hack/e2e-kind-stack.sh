@@ -22,17 +22,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/lib.sh"
-cluster=${KIND_CLUSTER:-modelplane-e2e}
+cluster=${KIND_CLUSTER:-loraplane-e2e}
 context=kind-$cluster
 node=$cluster-control-plane
-ns=modelplane-system
+ns=loraplane-system
 k() { "$root/bin/kubectl" --context "$context" "$@"; }
 api_ready() { k get --raw=/readyz >/dev/null 2>&1; }
 api_down() { ! api_ready; }
 crictl() { docker exec "$node" crictl --timeout=60s "$@"; } # the default 2 s request timeout is short on a busy node
 
 leader() { # NAME: the leader's pod name
-  k -n "$ns" get lease "$1.modelplane.io" -o jsonpath='{.spec.holderIdentity}' | cut -d_ -f1
+  k -n "$ns" get lease "$1.loraplane.io" -o jsonpath='{.spec.holderIdentity}' | cut -d_ -f1
 }
 replicas() { # NAME: the pods of the Deployment
   k -n "$ns" get pods -l "app.kubernetes.io/name=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'

@@ -4,10 +4,10 @@
 #
 #   E2E_DRY_RUN=1   print every command instead of running it
 #   E2E_INSTALL     kustomize (default: deploy/default as shipped) or helm: helm install of
-#                   deploy/chart/modelplane, the suite, helm upgrade with changed values (both
+#                   deploy/chart/loraplane, the suite, helm upgrade with changed values (both
 #                   Deployments roll), the suite again (E2E_RUN_UPGRADED, default E2E_RUN), then
 #                   helm uninstall with a loaded adapter: nothing may be left behind
-#   KIND_CLUSTER    cluster name (default modelplane-e2e); reused when it exists
+#   KIND_CLUSTER    cluster name (default loraplane-e2e); reused when it exists
 #   KIND_NODE_IMAGE node image (default kindest/node:$KUBE_VERSION)
 #
 # hack/e2e-kind.sh down (make e2e-down) deletes the cluster and its Docker network.
@@ -17,7 +17,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/lib.sh"
-cluster=${KIND_CLUSTER:-modelplane-e2e}
+cluster=${KIND_CLUSTER:-loraplane-e2e}
 context=kind-$cluster
 kind=${KIND:-$root/bin/kind}
 # Versions and base images come from the Makefile (their one definition).
@@ -25,9 +25,9 @@ for v in KIND_NODE_IMAGE TRAEFIK_VERSION PROMETHEUS_OPERATOR_VERSION PROMETHEUS_
   [ -n "${!v:-}" ] || { echo "$v is not set: run this through make e2e, which defines every version" >&2; exit 2; }
 done
 node_image=$KIND_NODE_IMAGE
-registry=${IMAGE_REGISTRY:-ghcr.io/modelplane}
+registry=${IMAGE_REGISTRY:-ghcr.io/loraplane}
 tag=${E2E_IMAGE_TAG:-e2e}
-network=${KIND_NETWORK:-modelplane-e2e}
+network=${KIND_NETWORK:-loraplane-e2e}
 network_subnet=${KIND_NETWORK_SUBNET:-198.18.8.0/24}
 pod_subnet=${KIND_POD_SUBNET:-198.18.128.0/17}
 service_subnet=${KIND_SERVICE_SUBNET:-198.19.0.0/16}
@@ -43,7 +43,7 @@ dry=${E2E_DRY_RUN:-}
 install=${E2E_INSTALL:-kustomize}
 case $install in kustomize | helm) ;; *) echo "E2E_INSTALL=$install: want kustomize or helm" >&2; exit 2 ;; esac
 helm=("$root/bin/helm" --kube-context "$context")
-chart=deploy/chart/modelplane
+chart=deploy/chart/loraplane
 run() { if [ -n "$dry" ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
 step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 cd "$root"
@@ -85,14 +85,14 @@ kind_dir=$root/test/e2e/kind/cluster
 } >"$art/kind-config.yaml"
 node=$cluster-control-plane
 if [ -z "$dry" ] && "$kind" get clusters 2>/dev/null | grep -qx "$cluster" &&
-  [ "$(docker exec "$node" cat /kind/modelplane-kind-config.yaml 2>/dev/null)" != "$(cat "$art/kind-config.yaml")" ]; then
+  [ "$(docker exec "$node" cat /kind/loraplane-kind-config.yaml 2>/dev/null)" != "$(cat "$art/kind-config.yaml")" ]; then
   echo "cluster $cluster was created from another configuration: recreating it"
   "$kind" delete cluster --name "$cluster"
 fi
 if [ -n "$dry" ] || ! "$kind" get clusters 2>/dev/null | grep -qx "$cluster"; then
   run env KIND_EXPERIMENTAL_DOCKER_NETWORK="$network" "$kind" create cluster --name "$cluster" \
     --image "$node_image" --config "$art/kind-config.yaml" --retain
-  run docker exec -i "$node" sh -c 'cat > /kind/modelplane-kind-config.yaml' <"$art/kind-config.yaml"
+  run docker exec -i "$node" sh -c 'cat > /kind/loraplane-kind-config.yaml' <"$art/kind-config.yaml"
 else
   echo "reusing cluster $cluster"
 fi
@@ -107,8 +107,8 @@ if [ -z "$dry" ]; then
   cidr=$(pod_cidr)
 fi
 conf=$(sed "s|@POD_CIDR@|$cidr|" "$kind_dir/cni.conflist")
-if [ -n "$dry" ] || [ "$(docker exec "$node" cat /etc/cni/net.d/10-modelplane.conflist 2>/dev/null)" != "$conf" ]; then
-  run docker exec -i "$node" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-modelplane.conflist' <<<"$conf"
+if [ -n "$dry" ] || [ "$(docker exec "$node" cat /etc/cni/net.d/10-loraplane.conflist 2>/dev/null)" != "$conf" ]; then
+  run docker exec -i "$node" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-loraplane.conflist' <<<"$conf"
 fi
 run "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=180s
 run "${kubectl[@]}" -n kube-system rollout status deploy/coredns --timeout=180s
@@ -148,8 +148,8 @@ overlay() { # kustomize|helm: the suite's overlay (test/e2e/kind/overlay) with t
 # before the controllers start: they read it at start-up from the optional Secret volume, and
 # the ServiceMonitors verify it against its CA (a pod started without it serves a self-signed
 # certificate that no scrape can verify).
-run bash -c "${kubectl[*]} create namespace modelplane-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
-if [ -n "$dry" ] || ! "${kubectl[@]}" -n modelplane-system get secret modelplane-metrics-cert >/dev/null 2>&1; then
+run bash -c "${kubectl[*]} create namespace loraplane-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
+if [ -n "$dry" ] || ! "${kubectl[@]}" -n loraplane-system get secret loraplane-metrics-cert >/dev/null 2>&1; then
   run bash -c "KUBECTL=$root/bin/kubectl hack/metrics-cert.sh --print | ${kubectl[*]} apply --server-side -f -"
 fi
 if [ "$install" = kustomize ]; then
@@ -160,33 +160,33 @@ if [ "$install" = kustomize ]; then
   run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
   run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
   # The images keep their tag across runs: restart so the pods run the image just loaded.
-  run "${kubectl[@]}" -n modelplane-system rollout restart deploy/adapter-controller deploy/router-controller
+  run "${kubectl[@]}" -n loraplane-system rollout restart deploy/adapter-controller deploy/router-controller
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
   run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
 else
   step "helm install $chart with the e2e images"
   # A release left by an earlier run goes first, the way a user would remove it.
-  if [ -z "$dry" ] && "${helm[@]}" status modelplane -n modelplane-system >/dev/null 2>&1; then
-    run "${helm[@]}" uninstall modelplane -n modelplane-system --wait --timeout 5m
-    run "${kubectl[@]}" wait --for=delete namespace/modelplane-system --timeout 180s
+  if [ -z "$dry" ] && "${helm[@]}" status loraplane -n loraplane-system >/dev/null 2>&1; then
+    run "${helm[@]}" uninstall loraplane -n loraplane-system --wait --timeout 5m
+    run "${kubectl[@]}" wait --for=delete namespace/loraplane-system --timeout 180s
   fi
   # --take-ownership: the release namespace (created by --create-namespace for the release
   # record), the gateway namespace and objects of an earlier kustomize run become the release's;
   # --force-conflicts: fields kubectl applied in that run (e.g. the arguments) become Helm's.
-  run "${helm[@]}" install modelplane "$chart" -n modelplane-system --create-namespace --take-ownership --force-conflicts \
+  run "${helm[@]}" install loraplane "$chart" -n loraplane-system --create-namespace --take-ownership --force-conflicts \
     --set image.registry="$registry" --set-string image.tag="$tag" --set routerController.createGatewayNamespace=true \
     --wait --timeout 5m
-  run "${helm[@]}" status modelplane -n modelplane-system
+  run "${helm[@]}" status loraplane -n loraplane-system
   overlay helm
   run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
   run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
   run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
 fi
-run "${kubectl[@]}" -n modelplane-system rollout status deploy/adapter-controller --timeout 180s
-run "${kubectl[@]}" -n modelplane-system rollout status deploy/router-controller --timeout 180s
+run "${kubectl[@]}" -n loraplane-system rollout status deploy/adapter-controller --timeout 180s
+run "${kubectl[@]}" -n loraplane-system rollout status deploy/router-controller --timeout 180s
 run "${kubectl[@]}" -n fake-engine-system rollout status deploy/fake-engine-admin --timeout 120s
-run "${kubectl[@]}" -n modelplane-system get pods -o wide
+run "${kubectl[@]}" -n loraplane-system get pods -o wide
 
 step "gateway: Traefik $TRAEFIK_VERSION, Gateway aibrix-system/aibrix-eg"
 run "${kubectl[@]}" apply --server-side -k test/e2e/kind/gateway
@@ -195,15 +195,15 @@ run "${kubectl[@]}" -n aibrix-system wait --for=condition=Programmed gateway/aib
 
 step "monitoring: Prometheus Operator $PROMETHEUS_OPERATOR_VERSION, Prometheus, deploy/prometheus"
 run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring
-run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring/modelplane
+run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring/loraplane
 run "${kubectl[@]}" -n monitoring rollout status deploy/prometheus-operator --timeout 120s
 if [ -z "$dry" ]; then
-  poll 120 1 quietly "${kubectl[@]}" -n monitoring get statefulset prometheus-modelplane || true
+  poll 120 1 quietly "${kubectl[@]}" -n monitoring get statefulset prometheus-loraplane || true
 fi
-run "${kubectl[@]}" -n monitoring rollout status statefulset/prometheus-modelplane --timeout 180s
+run "${kubectl[@]}" -n monitoring rollout status statefulset/prometheus-loraplane --timeout 180s
 
 # Metrics as Prometheus scrapes them: HTTPS with the metrics reader's token.
-token=$(if [ -n "$dry" ]; then echo '<token>'; else "${kubectl[@]}" -n modelplane-system create token e2e-metrics-reader --duration=2h; fi)
+token=$(if [ -n "$dry" ]; then echo '<token>'; else "${kubectl[@]}" -n loraplane-system create token e2e-metrics-reader --duration=2h; fi)
 
 stack="$root/hack/e2e-kind-stack.sh"
 suite() { # NAME RUN: the suite (go test -run RUN), logs in $art/NAME; every skip is listed at

@@ -33,7 +33,7 @@ kc=("$root/bin/kubectl" --kubeconfig "$("$root/hack/cluster.sh" kubeconfig)")
 for variant in defaults namespaced; do
   set -- --include-crds
   [ "$variant" = namespaced ] && set -- --set 'watchNamespaces={default}' --set routerController.createGatewayNamespace=true
-  "$root/bin/helm" template modelplane "$root/deploy/chart/modelplane" --namespace modelplane-system "$@" >"$art/chart-$variant.yaml"
+  "$root/bin/helm" template loraplane "$root/deploy/chart/loraplane" --namespace loraplane-system "$@" >"$art/chart-$variant.yaml"
   "${kc[@]}" apply --server-side --force-conflicts --dry-run=server -f "$art/chart-$variant.yaml" 2>&1 | tee "$art/chart-$variant-dry-run.log"
   if grep -q "violate PodSecurity" "$art/chart-$variant-dry-run.log"; then echo "the chart ($variant) violates Pod Security restricted" >&2; exit 1; fi
   echo "chart ($variant): $(grep -c '(server dry run)' "$art/chart-$variant-dry-run.log") objects accepted by the API server"
@@ -56,11 +56,11 @@ export E2E_REPO_ROOT=$root
 
 echo "Querying Prometheus for both controllers' cache sync metrics"
 both_scraped() {
-  jobs=$(curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=count by (job) (modelplane_cache_sync_duration_seconds_count)' |
+  jobs=$(curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=count by (job) (loraplane_cache_sync_duration_seconds_count)' |
     jq -r '.data.result[].metric.job' | sort | tr '\n' ' ')
   [ "$jobs" = "adapter-controller router-controller " ]
 }
 poll 30 1 both_scraped || { echo "Prometheus has sync metrics for: '$jobs'; want both controllers" >&2; exit 1; }
-curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=modelplane_cache_sync_duration_seconds_count' |
+curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=loraplane_cache_sync_duration_seconds_count' |
   jq -r '.data.result[] | "\(.metric.job) \(.metric.kind) \(.value[1])"' | tee "$art/prometheus-scrape.txt"
 echo "e2e-local: passed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local modelplane stack on the kwok cluster, shared by make e2e-local and make demo:
+# The local loraplane stack on the kwok cluster, shared by make e2e-local and make demo:
 # CRDs (ModelAdapter, Gateway API from the gateway-api module), RBAC from deploy/, the test
 # admission policy, both controllers as host processes impersonating their ServiceAccounts
 # (so the generated RBAC is what is exercised), the fake engine on the pods' loopback IPs,
@@ -62,7 +62,7 @@ start_controller() { # name dir
   addresses "$name"
   [ "$base" = adapter-controller ] && extra=(--inventory-period 2s)
   "$bin/$base" --kubeconfig "${CONTROLLER_KUBECONFIG:-$dir/$base.kubeconfig}" \
-    --leader-elect --leader-election-namespace modelplane-system --leader-elect-lease-duration "$LEASE_DURATION" \
+    --leader-elect --leader-election-namespace loraplane-system --leader-elect-lease-duration "$LEASE_DURATION" \
     --leader-elect-renew-deadline "$RENEW_DEADLINE" --leader-elect-retry-period "$RETRY_PERIOD" \
     --metrics-bind-address "$metrics" --health-probe-bind-address "$probe" --v=4 "${extra[@]}" \
     >>"$dir/$name.log" 2>&1 &
@@ -108,7 +108,7 @@ up() { # dir
   kubectl apply --server-side -f "$gw/config/crd/standard" >/dev/null
   kubectl apply --server-side -k "$root/deploy/namespace" >/dev/null
   for b in adapter-controller router-controller; do
-    kubectl apply --server-side -n modelplane-system -f "$root/deploy/$b/rbac/role.yaml" -f "$root/deploy/$b/rbac.yaml" >/dev/null
+    kubectl apply --server-side -n loraplane-system -f "$root/deploy/$b/rbac/role.yaml" -f "$root/deploy/$b/rbac.yaml" >/dev/null
   done
   kubectl apply --server-side -f "$root/hack/testing/loopback-endpointslices.yaml" >/dev/null
   kubectl create namespace aibrix-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -117,7 +117,7 @@ up() { # dir
   # Each controller talks to the API server as its ServiceAccount.
   for b in adapter-controller router-controller; do
     kubectl config view --raw --flatten -o json |
-      jq --arg sa "system:serviceaccount:modelplane-system:$b" '.users[].user["as"] = $sa' >"$dir/$b.kubeconfig"
+      jq --arg sa "system:serviceaccount:loraplane-system:$b" '.users[].user["as"] = $sa' >"$dir/$b.kubeconfig"
   done
 
   echo "Starting the fake engine, both controllers and Prometheus"

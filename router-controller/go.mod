@@ -1,11 +1,11 @@
-module github.com/modelplane/modelplane/router-controller
+module github.com/loraplane/loraplane/router-controller
 
 go 1.26.0
 
 require (
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
-	github.com/modelplane/modelplane/shared v0.0.0
+	github.com/loraplane/loraplane/shared v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2
@@ -52,7 +52,7 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
-	github.com/modelplane/modelplane/test v0.0.0
+	github.com/loraplane/loraplane/test v0.0.0
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -100,6 +100,6 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/modelplane/modelplane/shared => ../shared
+replace github.com/loraplane/loraplane/shared => ../shared
 
-replace github.com/modelplane/modelplane/test => ../test
+replace github.com/loraplane/loraplane/test => ../test

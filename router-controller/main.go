@@ -5,8 +5,8 @@ package main
 import (
 	"context"
 
-	"github.com/modelplane/modelplane/router-controller/internal/setup"
-	"github.com/modelplane/modelplane/shared/app"
+	"github.com/loraplane/loraplane/router-controller/internal/setup"
+	"github.com/loraplane/loraplane/shared/app"
 )
 
 func main() {

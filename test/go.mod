@@ -1,4 +1,4 @@
-module github.com/modelplane/modelplane/test
+module github.com/loraplane/loraplane/test
 
 go 1.26.0
 

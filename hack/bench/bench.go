@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 func logf(format string, a ...any) {
@@ -257,7 +257,7 @@ func (b *bench) measureStartup(ctx context.Context, p *proc) (*Startup, error) {
 		return s, err
 	}
 	for _, x := range ss {
-		if x.name == "modelplane_cache_sync_duration_seconds_sum" {
+		if x.name == "loraplane_cache_sync_duration_seconds_sum" {
 			s.CacheSyncSeconds[x.labels["kind"]] += x.value
 		}
 	}
@@ -681,7 +681,7 @@ func floorRoute(i int) *unstructured.Unstructured {
 func markdown(rep *Report) string {
 	var w strings.Builder
 	m := rep.Machine
-	fmt.Fprintf(&w, "\n## modelplane benchmark (%s, %s)\n\n", rep.Started.Format(time.RFC3339), rep.Duration)
+	fmt.Fprintf(&w, "\n## loraplane benchmark (%s, %s)\n\n", rep.Started.Format(time.RFC3339), rep.Duration)
 	fmt.Fprintf(&w, "Machine: %d CPUs, %s memory, %s, kernel %s. Settings: engine latency %v, inventory period %v, "+
 		"max parallel engine calls %v, kube-api-qps %v / burst %v.\n\n",
 		m.CPUs, m.MemoryGiB, m.Go, m.Kernel, rep.Settings["engineLatency"], rep.Settings["inventoryPeriod"],
@@ -749,7 +749,7 @@ func syncs(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
 	}
 	if len(parts) == 0 {
-		return "no modelplane_cache_sync_duration_seconds samples"
+		return "no loraplane_cache_sync_duration_seconds samples"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -28,7 +28,7 @@ import (
 const (
 	modelLabel   = "model.aibrix.ai/name"
 	portLabel    = "model.aibrix.ai/port"
-	benchLabel   = "bench.modelplane.io/point"
+	benchLabel   = "bench.loraplane.io/point"
 	modelsNS     = "bench-models"
 	otherNS      = "bench-other"
 	floorNS      = "bench-floor"

@@ -1,4 +1,4 @@
-// Command bench is modelplane's benchmark harness. In one run on the local kwok cluster it
+// Command bench is loraplane's benchmark harness. In one run on the local kwok cluster it
 // populates the cluster through the API, starts both controllers as host processes and prints
 // measured numbers next to a floor measured in the same run (a bare client doing the same
 // work). It asserts nothing about time: it is a measuring tool, run by `make bench`.

@@ -13,8 +13,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/hack/lib.sh"
-log=${DOCKERD_LOG:-/var/log/modelplane-dockerd.log}
-pidfile=/run/modelplane-dockerd.pid
+log=${DOCKERD_LOG:-/var/log/loraplane-dockerd.log}
+pidfile=/run/loraplane-dockerd.pid
 
 if [ "${1:-}" = --managed ]; then
   pid=$(cat "$pidfile" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]
@@ -39,14 +39,14 @@ args=(--bip 198.18.0.1/24 --default-address-pool base=198.18.16.0/20,size=24 --i
 # whatever is missing, so the check is the same for any other.
 bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
 if [ "$bnd" != "$(printf '%016x' $(( (1 << ($(cat /proc/sys/kernel/cap_last_cap) + 1)) - 1 )))" ]; then
-  shim=/usr/local/sbin/modelplane-capshim
+  shim=/usr/local/sbin/loraplane-capshim
   echo "Capability bounding set $bnd lacks capabilities: runtime capshim ($shim) drops them for --privileged"
   (cd "$root/hack/images/capshim" && GOWORK=off CGO_ENABLED=0 go build -o "$shim.new" main.go && mv "$shim.new" "$shim")
   args+=(--add-runtime "capshim=$shim" --default-runtime capshim)
 fi
 echo "Starting dockerd ${args[*]} (log: $log)"
 # dockerd outlives this script: it must not inherit any descriptor beyond stdio. One that is a
-# lock (this script run as `flock /tmp/modelplane-heavy.lock make e2e-deps`) would stay held
+# lock (this script run as `flock /tmp/loraplane-heavy.lock make e2e-deps`) would stay held
 # by dockerd, and by containerd after it, for as long as they run, and every later flock on
 # that file would wait forever.
 (

@@ -16,7 +16,7 @@
 #
 # `make e2e` knows nothing of the kit: it names the upstream images, and Docker finds these.
 # Each image is built once: one that `docker image inspect` finds is kept; the root file
-# systems are cached as tarballs in $MODELPLANE_IMAGE_CACHE (default ~/.cache/modelplane/images),
+# systems are cached as tarballs in $LORAPLANE_IMAGE_CACHE (default ~/.cache/loraplane/images),
 # outside the clone. A second run builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,7 +27,7 @@ for v in KUBE_VERSION ETCD_VERSION COREDNS_VERSION CRICTL_VERSION KIND_VERSION T
   [ -n "${!v:-}" ] || { echo "kit: $v is not set: run this through make (make e2e-deps), which defines every version" >&2; exit 2; }
 done
 export PROMETHEUS_RELEASE=$PROMETHEUS_VERSION
-cache=${MODELPLANE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/images}
+cache=${LORAPLANE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loraplane/images}
 bin=$root/bin
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -108,7 +108,7 @@ rootfs() {
 
 # Every kit image carries this label, so that what builds on one can tell (make docker-build
 # warns that it builds on a stand-in).
-kit_label=io.modelplane.kit=stand-in
+kit_label=io.loraplane.kit=stand-in
 
 # import TAR IMAGE [docker import --change ...]: a root file system as an image.
 import() {
@@ -147,7 +147,7 @@ if ! have "$BASE_IMAGE"; then
 fi
 
 # --- Debian base of the builder and kube-proxy images ------------------------------------------
-debian=modelplane-kit/debian:$suite
+debian=loraplane-kit/debian:$suite
 debian_pkgs=ca-certificates,git,iptables,nftables,conntrack,ipset,kmod
 debian_tar=$(rootfs debian "$debian_pkgs")
 debian_image=$debian-$(basename "$debian_tar" .tar | awk -F- '{print $NF}')

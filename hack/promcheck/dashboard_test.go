@@ -79,10 +79,10 @@ func TestDashboard(t *testing.T) {
 	t.Logf("%d panels, %d expressions, %d metrics", panels, exprs, len(used))
 	// What the dashboard is for (docs/monitoring.md): each of these is on it.
 	for _, m := range []string{
-		"modelplane_cache_sync_duration_seconds_bucket", "modelplane_cache_objects", "modelplane_cache_watch_errors_total",
-		"modelplane_cache_synced", "modelplane_startup_duration_seconds", "modelplane_adapters", "modelplane_adapter_loads_total",
-		"modelplane_adapter_unloads_total", "modelplane_engine_request_duration_seconds_bucket", "modelplane_adapter_instances",
-		"modelplane_routes", "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+		"loraplane_cache_sync_duration_seconds_bucket", "loraplane_cache_objects", "loraplane_cache_watch_errors_total",
+		"loraplane_cache_synced", "loraplane_startup_duration_seconds", "loraplane_adapters", "loraplane_adapter_loads_total",
+		"loraplane_adapter_unloads_total", "loraplane_engine_request_duration_seconds_bucket", "loraplane_adapter_instances",
+		"loraplane_routes", "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
 	} {
 		if !used[m] {
 			t.Errorf("the dashboard has no panel on %s", m)

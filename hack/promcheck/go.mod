@@ -1,4 +1,4 @@
-module github.com/modelplane/modelplane/hack/promcheck
+module github.com/loraplane/loraplane/hack/promcheck
 
 go 1.26.7
 

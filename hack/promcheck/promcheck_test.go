@@ -20,11 +20,11 @@ import (
 const (
 	root          = "../.."
 	ruleManifest  = root + "/deploy/prometheus/prometheusrule.yaml"
-	dashboardFile = root + "/deploy/grafana/modelplane.json"
+	dashboardFile = root + "/deploy/grafana/loraplane.json"
 	alertsDoc     = root + "/docs/alerts.md"
 	exportedList  = "testdata/exported-metrics.txt"
 	promtoolTests = "testdata/alerts_test.yaml"
-	runbookPrefix = "https://github.com/modelplane/modelplane/blob/main/docs/alerts.md#"
+	runbookPrefix = "https://github.com/loraplane/loraplane/blob/main/docs/alerts.md#"
 )
 
 // notFromBinaries are the series Prometheus itself makes for every target.
@@ -239,7 +239,7 @@ func TestMetricNames(t *testing.T) {
 	if want := []string{"a_total", "c", "up", "d"}; !slices.Equal(got, want) {
 		t.Errorf("metricNames = %v, want %v", got, want)
 	}
-	if _, err := metricNames(`{__name__=~"modelplane_.*"}`); err == nil {
+	if _, err := metricNames(`{__name__=~"loraplane_.*"}`); err == nil {
 		t.Error("a __name__ pattern passed")
 	}
 	if _, err := metricNames(`sum(rate(x[5m])`); err == nil {

@@ -48,7 +48,7 @@ module_copy() {
 # prometheus_ldflags RELEASE: the -ldflags that stamp github.com/prometheus/common/version.
 prometheus_ldflags() {
   local f="-s -w" v
-  for v in "Version=${1#v}" "Revision=$version" "Branch=$1" BuildUser=modelplane BuildDate=1970-01-01T00:00:00Z; do
+  for v in "Version=${1#v}" "Revision=$version" "Branch=$1" BuildUser=loraplane BuildDate=1970-01-01T00:00:00Z; do
     f+=" -X github.com/prometheus/common/version.$v"
   done
   echo "$f"
@@ -102,7 +102,7 @@ kind)
   link kind
   ;;
 helm)
-  # Helm v4: renders, lints and installs deploy/chart/modelplane (make test, make e2e-local,
+  # Helm v4: renders, lints and installs deploy/chart/loraplane (make test, make e2e-local,
   # E2E_INSTALL=helm make e2e).
   have helm || { echo "Building helm ${version}"; goinstall helm helm.sh/helm/v4/cmd/helm \
     -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version -X helm.sh/helm/v4/internal/version.metadata="; }

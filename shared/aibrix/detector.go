@@ -100,7 +100,7 @@ type leaseState struct {
 
 // NewDetector returns a detector reading leases through reader (an uncached reader: Leases
 // are in no cache), or nil when there are none (the check is off). controller names the
-// modelplane binary in logs and metrics; period bounds how often the Leases are read (zero:
+// loraplane binary in logs and metrics; period bounds how often the Leases are read (zero:
 // DefaultCheckPeriod).
 func NewDetector(reader client.Reader, leases []types.NamespacedName, controller string, clk clock.PassiveClock, period time.Duration) *Detector {
 	if len(leases) == 0 {

@@ -76,7 +76,7 @@ func TestDetectorCheck(t *testing.T) {
 				want = 1
 			}
 			if got := testutil.ToFloat64(running.WithLabelValues(d.controller)); got != want {
-				t.Errorf("modelplane_aibrix_controller_running = %v, want %v", got, want)
+				t.Errorf("loraplane_aibrix_controller_running = %v, want %v", got, want)
 			}
 		})
 	}

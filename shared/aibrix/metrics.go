@@ -5,10 +5,10 @@ import (
 
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	sharedmetrics "github.com/modelplane/modelplane/shared/metrics"
+	sharedmetrics "github.com/loraplane/loraplane/shared/metrics"
 )
 
-// TakeOverObject is the value of the object label of modelplane_aibrix_takeovers_total.
+// TakeOverObject is the value of the object label of loraplane_aibrix_takeovers_total.
 type TakeOverObject string
 
 const (

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/shared/version"
+	"github.com/loraplane/loraplane/shared/syncgate"
+	"github.com/loraplane/loraplane/shared/version"
 )
 
 // processStart is when this process started; the startup metric measures from it.

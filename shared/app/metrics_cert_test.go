@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/shared/app"
+	"github.com/loraplane/loraplane/shared/syncgate"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // testCA is a CA that signs serving certificates for the test.
@@ -39,7 +39,7 @@ func newTestCA(t *testing.T) *testCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "modelplane-metrics-ca"},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "loraplane-metrics-ca"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -88,10 +88,10 @@ func TestMetricsServingCertificate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs envtest")
 	}
-	const serverName = "adapter-controller-metrics.modelplane-system.svc"
+	const serverName = "adapter-controller-metrics.loraplane-system.svc"
 	ca := newTestCA(t)
 	certDir := t.TempDir()
-	ca.issue(t, certDir, serverName, "router-controller-metrics.modelplane-system.svc")
+	ca.issue(t, certDir, serverName, "router-controller-metrics.loraplane-system.svc")
 
 	verified := func(addr string) error {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{

@@ -19,9 +19,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/shared/app"
+	"github.com/loraplane/loraplane/shared/syncgate"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 var env *testenv.Env
@@ -66,7 +66,7 @@ func TestSecureMetrics(t *testing.T) {
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus", Namespace: "default"}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader-test"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "modelplane-metrics-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "loraplane-metrics-reader"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}}
 	for _, obj := range []client.Object{sa, binding} {
 		if err := admin.Create(ctx, obj); err != nil {

@@ -1,4 +1,4 @@
-// Package app is the bootstrap shared by both modelplane binaries: one options struct with
+// Package app is the bootstrap shared by both loraplane binaries: one options struct with
 // the common flags, klog as controller-runtime's logger, manager construction with
 // memory-saving cache defaults, health and readiness probes, and the sync gate in front of
 // every controller.
@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
-	"github.com/modelplane/modelplane/shared/aibrix"
-	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	"github.com/loraplane/loraplane/shared/syncgate"
 )
 
 // Options are the flags both binaries share. Flow: NewOptions → AddFlags → parse → Validate.
@@ -51,7 +51,7 @@ func NewOptions(controller string) *Options {
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
 		PprofBindAddress:        "0",
-		LeaderElectionID:        controller + ".modelplane.io",
+		LeaderElectionID:        controller + ".loraplane.io",
 		LeaseDuration:           15 * time.Second,
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,

@@ -65,7 +65,7 @@ func TestOptionsParsing(t *testing.T) {
 	if got := strings.Join(o.WatchNamespaces, "|"); got != "a|b" {
 		t.Errorf("namespaces = %q, want a|b", got)
 	}
-	if o.CacheSyncTimeout != 45*time.Second || o.LeaderElectionID != "x.modelplane.io" {
+	if o.CacheSyncTimeout != 45*time.Second || o.LeaderElectionID != "x.loraplane.io" {
 		t.Errorf("unexpected options: %+v", o)
 	}
 }

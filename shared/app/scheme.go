@@ -5,10 +5,10 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
-// NewScheme returns a controller's scheme: the built-in kinds, modelplane's API
+// NewScheme returns a controller's scheme: the built-in kinds, loraplane's API
 // (ModelAdapter) and the kinds install adds (each binary names the ones it needs beyond).
 func NewScheme(install ...func(*runtime.Scheme) error) *runtime.Scheme {
 	s := runtime.NewScheme()

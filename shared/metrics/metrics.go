@@ -1,4 +1,4 @@
-// Package metrics defines the metrics shared by both modelplane controllers. Every metric is
+// Package metrics defines the metrics shared by both loraplane controllers. Every metric is
 // registered on controller-runtime's metrics.Registry, next to its built-in reconcile,
 // workqueue and REST client metrics.
 package metrics
@@ -11,7 +11,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-const namespace = "modelplane"
+const namespace = "loraplane"
 
 // Label names of the per-resource cache metrics.
 const (
@@ -24,19 +24,19 @@ const (
 
 var resourceLabels = []string{LabelController, LabelGroup, LabelVersion, LabelKind}
 
-// NewCounterVec returns the counter vector modelplane_<name>. Both binaries declare their
+// NewCounterVec returns the counter vector loraplane_<name>. Both binaries declare their
 // metrics through these constructors, so every name carries the project's namespace and a
 // declaration is one line.
 func NewCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 }
 
-// NewGaugeVec returns the gauge vector modelplane_<name>.
+// NewGaugeVec returns the gauge vector loraplane_<name>.
 func NewGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
 }
 
-// NewHistogramVec returns the histogram vector modelplane_<name> with the given buckets.
+// NewHistogramVec returns the histogram vector loraplane_<name> with the given buckets.
 func NewHistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
 }
@@ -101,7 +101,7 @@ func (l ResourceLabels) Values() []string {
 	return []string{l.Controller, group, l.GVK.Version, l.GVK.Kind}
 }
 
-// objectCollector computes modelplane_cache_objects at scrape time from the registered
+// objectCollector computes loraplane_cache_objects at scrape time from the registered
 // counting functions, so the figure is never stale and costs nothing between scrapes.
 type objectCollector struct {
 	desc    *prometheus.Desc

@@ -20,10 +20,10 @@ func TestCacheObjectsIsComputedAtScrapeTime(t *testing.T) {
 	c.Set(ResourceLabels{Controller: "a", GVK: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}}, func() int { return 7 })
 
 	want := `
-# HELP modelplane_cache_objects Objects currently held in the informer store of the resource, read at scrape time.
-# TYPE modelplane_cache_objects gauge
-modelplane_cache_objects{controller="a",group="apps",kind="Deployment",version="v1"} 7
-modelplane_cache_objects{controller="a",group="core",kind="Pod",version="v1"} 3
+# HELP loraplane_cache_objects Objects currently held in the informer store of the resource, read at scrape time.
+# TYPE loraplane_cache_objects gauge
+loraplane_cache_objects{controller="a",group="apps",kind="Deployment",version="v1"} 7
+loraplane_cache_objects{controller="a",group="core",kind="Pod",version="v1"} 3
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -31,9 +31,9 @@ modelplane_cache_objects{controller="a",group="core",kind="Pod",version="v1"} 3
 	n = 5
 	c.Delete(ResourceLabels{Controller: "a", GVK: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}})
 	want = `
-# HELP modelplane_cache_objects Objects currently held in the informer store of the resource, read at scrape time.
-# TYPE modelplane_cache_objects gauge
-modelplane_cache_objects{controller="a",group="core",kind="Pod",version="v1"} 5
+# HELP loraplane_cache_objects Objects currently held in the informer store of the resource, read at scrape time.
+# TYPE loraplane_cache_objects gauge
+loraplane_cache_objects{controller="a",group="core",kind="Pod",version="v1"} 5
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -56,14 +56,14 @@ func TestSyncMetricsExposition(t *testing.T) {
 		t.Errorf("watch errors = %v, want 2", got)
 	}
 	want := `
-# HELP modelplane_startup_duration_seconds Time from process start until every required informer cache had synced and the controllers were released.
-# TYPE modelplane_startup_duration_seconds gauge
-modelplane_startup_duration_seconds{controller="expo"} 1.5
+# HELP loraplane_startup_duration_seconds Time from process start until every required informer cache had synced and the controllers were released.
+# TYPE loraplane_startup_duration_seconds gauge
+loraplane_startup_duration_seconds{controller="expo"} 1.5
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "modelplane_startup_duration_seconds"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loraplane_startup_duration_seconds"); err != nil {
 		t.Fatal(err)
 	}
-	n, err := testutil.GatherAndCount(reg, "modelplane_cache_sync_duration_seconds")
+	n, err := testutil.GatherAndCount(reg, "loraplane_cache_sync_duration_seconds")
 	if err != nil || n != 1 {
 		t.Fatalf("sync duration series = %d (%v), want 1", n, err)
 	}

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/modelplane/modelplane/shared/metrics"
+	"github.com/loraplane/loraplane/shared/metrics"
 )
 
 // DefaultTimeout is how long each resource may take to sync when Options.Timeout is zero.

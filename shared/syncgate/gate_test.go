@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/shared/app"
+	"github.com/loraplane/loraplane/shared/syncgate"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // newApp builds an app through the shared bootstrap with a probe server on a free port.
@@ -157,23 +157,23 @@ func TestGateHoldsUntilSlowResourceSyncs(t *testing.T) {
 		t.Errorf("/readyz 200 %s after start, before the %s delay ended", got, delay)
 	}
 
-	pod := metric(t, "modelplane_cache_sync_duration_seconds", labels(name, "Pod"))
-	cm := metric(t, "modelplane_cache_sync_duration_seconds", labels(name, "ConfigMap"))
+	pod := metric(t, "loraplane_cache_sync_duration_seconds", labels(name, "Pod"))
+	cm := metric(t, "loraplane_cache_sync_duration_seconds", labels(name, "ConfigMap"))
 	if pod == nil || pod.GetHistogram().GetSampleCount() != 1 || pod.GetHistogram().GetSampleSum() < delay.Seconds() {
 		t.Errorf("Pod sync duration: want one sample >= %v, got %s", delay.Seconds(), describe(pod))
 	}
 	if cm == nil || cm.GetHistogram().GetSampleCount() != 1 || cm.GetHistogram().GetSampleSum() > delay.Seconds()/2 {
 		t.Errorf("ConfigMap sync duration: want one sample well below %v, got %s", delay.Seconds(), describe(cm))
 	}
-	if m := metric(t, "modelplane_startup_duration_seconds", map[string]string{"controller": name}); m == nil || m.GetGauge().GetValue() < delay.Seconds() {
+	if m := metric(t, "loraplane_startup_duration_seconds", map[string]string{"controller": name}); m == nil || m.GetGauge().GetValue() < delay.Seconds() {
 		t.Errorf("startup duration: want >= %v, got %s", delay.Seconds(), describe(m))
 	}
 	for _, kind := range []string{"Pod", "ConfigMap"} {
-		if m := metric(t, "modelplane_cache_synced", labels(name, kind)); m == nil || m.GetGauge().GetValue() != 1 {
+		if m := metric(t, "loraplane_cache_synced", labels(name, kind)); m == nil || m.GetGauge().GetValue() != 1 {
 			t.Errorf("cache_synced for %s: want 1, got %s", kind, describe(m))
 		}
 	}
-	if m := metric(t, "modelplane_cache_objects", labels(name, "ConfigMap")); m == nil || m.GetGauge().GetValue() < 1 {
+	if m := metric(t, "loraplane_cache_objects", labels(name, "ConfigMap")); m == nil || m.GetGauge().GetValue() < 1 {
 		t.Errorf("cache_objects for ConfigMap: want >= 1 (the seeded ConfigMap), got %s", describe(m))
 	}
 
@@ -238,13 +238,13 @@ func TestUndeclaredInformerIsRefused(t *testing.T) {
 // group/version/kind; an optional one is skipped and the manager runs.
 func TestMissingCRD(t *testing.T) {
 	needEnv(t)
-	widget := schema.GroupVersionKind{Group: "example.modelplane.io", Version: "v1", Kind: "Widget"}
+	widget := schema.GroupVersionKind{Group: "example.loraplane.io", Version: "v1", Kind: "Widget"}
 
 	a, _ := newApp(t, "crd-missing-required", env.Config, 30*time.Second)
 	start := time.Now()
 	err := a.Gate.Register(context.Background(), syncgate.Typed(&corev1.ConfigMap{}), syncgate.Metadata(widget))
-	if err == nil || !strings.Contains(err.Error(), "example.modelplane.io/v1/Widget") || !strings.Contains(err.Error(), "not served") {
-		t.Fatalf("required missing CRD: got %v, want an error naming example.modelplane.io/v1/Widget", err)
+	if err == nil || !strings.Contains(err.Error(), "example.loraplane.io/v1/Widget") || !strings.Contains(err.Error(), "not served") {
+		t.Fatalf("required missing CRD: got %v, want an error naming example.loraplane.io/v1/Widget", err)
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("failing took %s, want seconds", took)
@@ -260,10 +260,10 @@ func TestMissingCRD(t *testing.T) {
 	go func() { done <- b.Run(ctx) }()
 	waitOpen(t, b.Gate)
 	waitFor(t, 5*time.Second, "/readyz to turn 200", func() bool { code, _ := probe(addr, "/readyz"); return code == 200 })
-	if m := metric(t, "modelplane_cache_resource_skipped", labels(name, "Widget")); m == nil || m.GetGauge().GetValue() != 1 {
+	if m := metric(t, "loraplane_cache_resource_skipped", labels(name, "Widget")); m == nil || m.GetGauge().GetValue() != 1 {
 		t.Errorf("skipped gauge for Widget: want 1, got %s", describe(m))
 	}
-	if m := metric(t, "modelplane_cache_synced", labels(name, "Widget")); m == nil || m.GetGauge().GetValue() != 0 {
+	if m := metric(t, "loraplane_cache_synced", labels(name, "Widget")); m == nil || m.GetGauge().GetValue() != 0 {
 		t.Errorf("cache_synced for Widget: want 0, got %s", describe(m))
 	}
 	cancel()
@@ -331,7 +331,7 @@ func TestForbiddenResourceFailsNamingIt(t *testing.T) {
 	if took < timeout || took > timeout+15*time.Second {
 		t.Errorf("Run returned after %s, want about the %s timeout", took, timeout)
 	}
-	m := metric(t, "modelplane_cache_watch_errors_total", map[string]string{"controller": name, "kind": "Pod", "reason": "forbidden"})
+	m := metric(t, "loraplane_cache_watch_errors_total", map[string]string{"controller": name, "kind": "Pod", "reason": "forbidden"})
 	if m == nil || m.GetCounter().GetValue() < 1 {
 		t.Errorf("watch errors for Pod: want forbidden > 0, got %s", describe(m))
 	}

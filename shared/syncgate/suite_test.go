@@ -15,9 +15,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/syncgate"
-	"github.com/modelplane/modelplane/test/testenv"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/syncgate"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 var (

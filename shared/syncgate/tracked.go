@@ -10,7 +10,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
-	"github.com/modelplane/modelplane/shared/metrics"
+	"github.com/loraplane/loraplane/shared/metrics"
 )
 
 type syncState int

@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/modelplane/modelplane/shared/metrics"
+	"github.com/loraplane/loraplane/shared/metrics"
 )
 
 // TestWatchErrorCounting: a list or watch that ends with 410 Gone (the informer relists) is
 // neither a watch error nor the resource's last error; any other failure counts as a watch
 // error by reason and is remembered.
 func TestWatchErrorCounting(t *testing.T) {
-	gvk := schema.GroupVersionKind{Group: "test.modelplane.io", Version: "v1", Kind: "WatchCounting"}
+	gvk := schema.GroupVersionKind{Group: "test.loraplane.io", Version: "v1", Kind: "WatchCounting"}
 	tr := &tracked{gvk: gvk, labels: metrics.ResourceLabels{Controller: "watch-counting-test", GVK: gvk}}
 	errs := func(reason Reason) float64 {
 		return testutil.ToFloat64(metrics.CacheWatchErrors.WithLabelValues(append(tr.labels.Values(), string(reason))...))

@@ -1,5 +1,5 @@
 // Package version holds the build version, set at link time with
-// -ldflags "-X github.com/modelplane/modelplane/shared/version.Version=...".
+// -ldflags "-X github.com/loraplane/loraplane/shared/version.Version=...".
 package version
 
 // Version is the version of the running binary.

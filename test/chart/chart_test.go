@@ -16,17 +16,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 const (
-	chartDir  = "deploy/chart/modelplane"
-	release   = "modelplane"
-	namespace = "modelplane-system"
+	chartDir  = "deploy/chart/loraplane"
+	release   = "loraplane"
+	namespace = "loraplane-system"
 	hookKey   = "helm.sh/hook"
 )
 
-// helmLabels are the labels the chart adds for Helm (modelplane.helmLabels), and
+// helmLabels are the labels the chart adds for Helm (loraplane.helmLabels), and
 // helmAnnotations the annotations that only instruct Helm (the release namespace's
 // resource policy): the only differences the comparison with deploy/default ignores.
 var (
@@ -210,10 +210,10 @@ func TestChartDefaultsMatchKustomize(t *testing.T) {
 	}
 	sort.Strings(gotHooks)
 	wantHooks := []string{
-		"batch/v1 Job modelplane-system/modelplane-adapter-cleanup pre-delete",
-		"rbac.authorization.k8s.io/v1 ClusterRole /modelplane-adapter-cleanup pre-delete",
-		"rbac.authorization.k8s.io/v1 ClusterRoleBinding /modelplane-adapter-cleanup pre-delete",
-		"v1 ServiceAccount modelplane-system/modelplane-adapter-cleanup pre-delete",
+		"batch/v1 Job loraplane-system/loraplane-adapter-cleanup pre-delete",
+		"rbac.authorization.k8s.io/v1 ClusterRole /loraplane-adapter-cleanup pre-delete",
+		"rbac.authorization.k8s.io/v1 ClusterRoleBinding /loraplane-adapter-cleanup pre-delete",
+		"v1 ServiceAccount loraplane-system/loraplane-adapter-cleanup pre-delete",
 	}
 	if diff := cmp.Diff(wantHooks, gotHooks); diff != "" {
 		t.Errorf("hooks (-want +got):\n%s", diff)
@@ -272,7 +272,7 @@ func TestChartFullValues(t *testing.T) {
 		"router-controller":  {values.RouterController.Flags, "registry.example.com/platform/router-controller:v9.9.9"},
 	}
 	for name, want := range deployments {
-		d := must("apps/v1 Deployment modelplane-system/" + name)
+		d := must("apps/v1 Deployment loraplane-system/" + name)
 		got := args(t, d)
 		if len(want.flags) < 20 {
 			t.Errorf("%s: only %d flags in full-values.yaml", name, len(want.flags))
@@ -296,27 +296,27 @@ func TestChartFullValues(t *testing.T) {
 		if get(d, "spec", "replicas") != float64(3) {
 			t.Errorf("%s: replicas %v, want 3", name, get(d, "spec", "replicas"))
 		}
-		must("policy/v1 PodDisruptionBudget modelplane-system/" + name)
-		must("monitoring.coreos.com/v1 ServiceMonitor modelplane-system/" + name)
+		must("policy/v1 PodDisruptionBudget loraplane-system/" + name)
+		must("monitoring.coreos.com/v1 ServiceMonitor loraplane-system/" + name)
 		// Namespaced install: Roles in the watched namespaces.
 		for _, ns := range []string{"team-a", "team-b"} {
-			must("rbac.authorization.k8s.io/v1 Role " + ns + "/modelplane-" + name)
-			must("rbac.authorization.k8s.io/v1 RoleBinding " + ns + "/modelplane-" + name)
+			must("rbac.authorization.k8s.io/v1 Role " + ns + "/loraplane-" + name)
+			must("rbac.authorization.k8s.io/v1 RoleBinding " + ns + "/loraplane-" + name)
 		}
 	}
-	if got := args(t, must("apps/v1 Deployment modelplane-system/adapter-controller")); !slices.Contains(got, "--logging-format=text") {
+	if got := args(t, must("apps/v1 Deployment loraplane-system/adapter-controller")); !slices.Contains(got, "--logging-format=text") {
 		t.Errorf("adapter-controller: extraArgs missing from %v", got)
 	}
-	must("rbac.authorization.k8s.io/v1 Role gateways/modelplane-router-controller")
-	if _, ok := objs["v1 Namespace /modelplane-system"]; ok {
+	must("rbac.authorization.k8s.io/v1 Role gateways/loraplane-router-controller")
+	if _, ok := objs["v1 Namespace /loraplane-system"]; ok {
 		t.Error("namespace.create=false still renders the release namespace")
 	}
 	if str(must("v1 Namespace /gateways"), "metadata", "annotations", "helm.sh/resource-policy") != "keep" {
 		t.Error("the gateway namespace is not kept on uninstall")
 	}
-	must("monitoring.coreos.com/v1 PrometheusRule modelplane-system/modelplane")
-	sm := must("monitoring.coreos.com/v1 ServiceMonitor modelplane-system/adapter-controller")
-	if got := get(sm, "spec", "endpoints"); !strings.Contains(fmt.Sprint(got), "prometheus-modelplane-token") {
+	must("monitoring.coreos.com/v1 PrometheusRule loraplane-system/loraplane")
+	sm := must("monitoring.coreos.com/v1 ServiceMonitor loraplane-system/adapter-controller")
+	if got := get(sm, "spec", "endpoints"); !strings.Contains(fmt.Sprint(got), "prometheus-loraplane-token") {
 		t.Errorf("the adapter-controller ServiceMonitor does not authorize with the Secret: %v", got)
 	}
 
@@ -337,7 +337,7 @@ func TestChartFullValues(t *testing.T) {
 			}
 		}
 	}
-	job := must("batch/v1 Job modelplane-system/modelplane-adapter-cleanup")
+	job := must("batch/v1 Job loraplane-system/loraplane-adapter-cleanup")
 	if diff := cmp.Diff([]string{"--delete-all-adapters", "--cleanup-timeout=6m", "--watch-namespace=team-a,team-b", "--v=4"}, args(t, job)); diff != "" {
 		t.Errorf("cleanup hook arguments (-want +got):\n%s", diff)
 	}
@@ -364,8 +364,8 @@ func TestChartMonitoringMatchesDeploy(t *testing.T) {
 		t.Fatalf("deploy/prometheus/prometheusrule.yaml: %v (%d objects)", err, len(want))
 	}
 	objs := byKey(helmTemplate(t, root, "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true",
-		"--set", "monitoring.serviceMonitor.authorization.secretName=modelplane-metrics-reader-token"))
-	rule, ok := objs["monitoring.coreos.com/v1 PrometheusRule modelplane-system/modelplane"]
+		"--set", "monitoring.serviceMonitor.authorization.secretName=loraplane-metrics-reader-token"))
+	rule, ok := objs["monitoring.coreos.com/v1 PrometheusRule loraplane-system/loraplane"]
 	if !ok {
 		t.Fatalf("no PrometheusRule rendered; got %v", keys(objs))
 	}
@@ -373,9 +373,9 @@ func TestChartMonitoringMatchesDeploy(t *testing.T) {
 		t.Errorf("the chart's rules differ from deploy/prometheus (-want +got):\n%s", diff)
 	}
 	for _, name := range []string{"adapter-controller", "router-controller"} {
-		sm := objs["monitoring.coreos.com/v1 ServiceMonitor modelplane-system/"+name]
+		sm := objs["monitoring.coreos.com/v1 ServiceMonitor loraplane-system/"+name]
 		ep := fmt.Sprint(get(sm, "spec", "endpoints"))
-		for _, s := range []string{"modelplane-metrics-reader-token", "serverName:" + name + "-metrics.modelplane-system.svc", "modelplane-metrics-cert"} {
+		for _, s := range []string{"loraplane-metrics-reader-token", "serverName:" + name + "-metrics.loraplane-system.svc", "loraplane-metrics-cert"} {
 			if !strings.Contains(ep, s) {
 				t.Errorf("ServiceMonitor %s: endpoints %s lack %q", name, ep, s)
 			}

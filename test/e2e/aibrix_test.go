@@ -24,8 +24,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/aibrixfixture"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/aibrixfixture"
 )
 
 // aibrixModel is one model of the fleet the switch-over test builds in AIBrix's shape.
@@ -205,7 +205,7 @@ func (l *requestLog) end() (sent int, failures []string) {
 // ReferenceGrant — is taken over when both controllers start:
 //   - no engine gets a load or unload call, every adapter is Running on the same pods;
 //   - each model and adapter has exactly one route, named as AIBrix's gateway plugin looks it
-//     up (the one AIBrix made, adopted), and AIBrix's grant is replaced by modelplane's;
+//     up (the one AIBrix made, adopted), and AIBrix's grant is replaced by loraplane's;
 //   - requests sent as through AIBrix's gateway plugin (route looked up by AIBrix's name,
 //     its status checked, header model set) succeed from before the controllers start until
 //     the take-over is done, with not one failure, and reach the model's pods, dotted names
@@ -270,7 +270,7 @@ func TestSwitchFromAIBrix(t *testing.T) {
 	// AIBrix's adapter EndpointSlices carry no endpoint conditions. Envoy Gateway (AIBrix's)
 	// and the test's own routing read an unset ready as ready, as the EndpointSlice API says
 	// consumers should; Traefik (make e2e) drops such endpoints and answers 503 until
-	// modelplane's slice, with ready set, replaces AIBrix's. There the adapters are checked
+	// loraplane's slice, with ready set, replaces AIBrix's. There the adapters are checked
 	// once the take-over is done.
 	adaptersBefore := !gatewayNeedsReadyCondition()
 	for _, m := range aibrixFleet {
@@ -326,7 +326,7 @@ func TestSwitchFromAIBrix(t *testing.T) {
 					want = m.adapter + "-router"
 				}
 				got := modelRoutesFor(t, name)
-				if len(got) != 1 || got[0].Name != want || got[0].Labels["app.kubernetes.io/managed-by"] != "modelplane-router-controller" {
+				if len(got) != 1 || got[0].Name != want || got[0].Labels["app.kubernetes.io/managed-by"] != "loraplane-router-controller" {
 					return false, fmt.Sprintf("routes of %q: %v", name, routeSummary(got))
 				}
 			}

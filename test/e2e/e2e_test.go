@@ -33,8 +33,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 var k8s client.Client
@@ -105,7 +105,7 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 				Spec: corev1.PodSpec{
 					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
-						Name: "engine", Image: env("E2E_ENGINE_IMAGE", "ghcr.io/modelplane/fake-engine:e2e"),
+						Name: "engine", Image: env("E2E_ENGINE_IMAGE", "ghcr.io/loraplane/fake-engine:e2e"),
 						// On kind each pod serves its own engine and, for the engine admin
 						// aggregator, its admin API; the API key comes from the pod's annotation
 						// (the host-mode fake engine reads the annotation itself on kwok).
@@ -114,7 +114,7 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 						Env: []corev1.EnvVar{
 							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 							fieldEnv("POD_IP", "status.podIP"),
-							fieldEnv("FAKE_ENGINE_API_KEY", "metadata.annotations['fake-engine.modelplane.dev/api-key']"),
+							fieldEnv("FAKE_ENGINE_API_KEY", "metadata.annotations['fake-engine.loraplane.dev/api-key']"),
 							fieldEnv("FAKE_ENGINE_PRELOAD", "metadata.annotations['"+preloadAnnotation+"']"),
 						},
 					}},
@@ -126,7 +126,7 @@ func modelDeployment(ns, model string, replicas int32) *appsv1.Deployment {
 
 // preloadAnnotation on a model pod lists the adapters its fake engine holds from the start
 // (name=path,...), as vLLM's --lora-modules: the engines of a fleet another controller loaded.
-const preloadAnnotation = "fake-engine.modelplane.dev/preload"
+const preloadAnnotation = "fake-engine.loraplane.dev/preload"
 
 func fieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
@@ -541,8 +541,8 @@ func TestControllersExposeSyncMetrics(t *testing.T) {
 				t.Skipf("%s is not set: the metrics of %s are not checked", env, name)
 			}
 			body := scrape(t, url)
-			for _, m := range []string{"modelplane_cache_sync_duration_seconds_count", "modelplane_cache_synced", "modelplane_cache_objects",
-				"modelplane_startup_duration_seconds", "# TYPE modelplane_cache_watch_errors_total counter"} {
+			for _, m := range []string{"loraplane_cache_sync_duration_seconds_count", "loraplane_cache_synced", "loraplane_cache_objects",
+				"loraplane_startup_duration_seconds", "# TYPE loraplane_cache_watch_errors_total counter"} {
 				if !strings.Contains(body, m) || !strings.Contains(body, `controller="`+name+`"`) {
 					t.Errorf("%s does not expose %s", name, m)
 				}

@@ -1,9 +1,9 @@
-module github.com/modelplane/modelplane/test/e2e
+module github.com/loraplane/loraplane/test/e2e
 
 go 1.26.0
 
 require (
-	github.com/modelplane/modelplane/shared v0.0.0
+	github.com/loraplane/loraplane/shared v0.0.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
@@ -70,6 +70,6 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-replace github.com/modelplane/modelplane/shared => ../../shared
+replace github.com/loraplane/loraplane/shared => ../../shared
 
-replace github.com/modelplane/modelplane/test => ../
+replace github.com/loraplane/loraplane/test => ../

@@ -27,7 +27,7 @@ import (
 // (make e2e: Prometheus Operator on kind, test/e2e/kind/monitoring):
 //
 //	E2E_PROMETHEUS_URL   its HTTP API, e.g. http://127.0.0.1:29090
-//	E2E_CONTROLLER_NAMESPACE  the controllers' namespace (default modelplane-system)
+//	E2E_CONTROLLER_NAMESPACE  the controllers' namespace (default loraplane-system)
 
 func prometheusURL(t *testing.T) string {
 	t.Helper()
@@ -38,7 +38,7 @@ func prometheusURL(t *testing.T) string {
 	return strings.TrimSuffix(u, "/")
 }
 
-func controllerNamespace() string { return env("E2E_CONTROLLER_NAMESPACE", "modelplane-system") }
+func controllerNamespace() string { return env("E2E_CONTROLLER_NAMESPACE", "loraplane-system") }
 
 // promSample is one series of an instant query.
 type promSample struct {
@@ -89,7 +89,7 @@ func controllerPods(t *testing.T, name string) []string {
 	return out
 }
 
-var syncCountLine = regexp.MustCompile(`^modelplane_cache_sync_duration_seconds_count\{([^}]*)\}`)
+var syncCountLine = regexp.MustCompile(`^loraplane_cache_sync_duration_seconds_count\{([^}]*)\}`)
 var labelPair = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
 // syncedResources returns the resources ("group/version/kind") a controller's own /metrics
@@ -179,10 +179,10 @@ func TestPrometheusScrapesControllers(t *testing.T) {
 	for name, env := range map[string]string{"adapter-controller": "E2E_ADAPTER_METRICS", "router-controller": "E2E_ROUTER_METRICS"} {
 		resources := syncedResources(t, os.Getenv(env))
 		if len(resources) == 0 {
-			t.Fatalf("%s reports no modelplane_cache_sync_duration_seconds_count", name)
+			t.Fatalf("%s reports no loraplane_cache_sync_duration_seconds_count", name)
 		}
-		waitFor(t, time.Minute, fmt.Sprintf("modelplane_cache_sync_duration_seconds_count of %s for %v on each of %v", name, resources, want[name]), func() (bool, string) {
-			res, err := promQuery(prom, fmt.Sprintf(`modelplane_cache_sync_duration_seconds_count{namespace=%q, controller=%q} >= 1`, ns, name))
+		waitFor(t, time.Minute, fmt.Sprintf("loraplane_cache_sync_duration_seconds_count of %s for %v on each of %v", name, resources, want[name]), func() (bool, string) {
+			res, err := promQuery(prom, fmt.Sprintf(`loraplane_cache_sync_duration_seconds_count{namespace=%q, controller=%q} >= 1`, ns, name))
 			if err != nil {
 				return false, err.Error()
 			}
@@ -201,7 +201,7 @@ func TestPrometheusScrapesControllers(t *testing.T) {
 			}
 			return len(missing) == 0, fmt.Sprintf("missing %v", missing)
 		})
-		t.Logf("%s: modelplane_cache_sync_duration_seconds_count in Prometheus for %d resources %v on each of %v", name, len(resources), resources, want[name])
+		t.Logf("%s: loraplane_cache_sync_duration_seconds_count in Prometheus for %d resources %v on each of %v", name, len(resources), resources, want[name])
 	}
 }
 
@@ -292,12 +292,12 @@ func ruleFor(t *testing.T, base, alert string) time.Duration {
 
 // TestSyncAlertFiresAndResolves: the sync alert of deploy/prometheus fires for real. The
 // router-controller's ClusterRole loses HTTPRoutes and the router is rolled out: the new pod
-// cannot list HTTPRoutes, its cache never syncs, and ModelplaneCacheNotSynced fires for it
+// cannot list HTTPRoutes, its cache never syncs, and LoraplaneCacheNotSynced fires for it
 // (kind HTTPRoute) once its `for` has passed; the permission restored, the cache syncs and the
 // alert resolves. The old replicas keep serving meanwhile (the rollout waits for the new pod).
 func TestSyncAlertFiresAndResolves(t *testing.T) {
 	prom := prometheusURL(t)
-	const alert, kind, ctl = "ModelplaneCacheNotSynced", "HTTPRoute", "router-controller"
+	const alert, kind, ctl = "LoraplaneCacheNotSynced", "HTTPRoute", "router-controller"
 	forDur := ruleFor(t, prom, alert)
 	ctx := ctxFor(t, 12*time.Minute)
 
@@ -350,7 +350,7 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 	if dep.Spec.Template.Annotations == nil {
 		dep.Spec.Template.Annotations = map[string]string{}
 	}
-	dep.Spec.Template.Annotations["modelplane.dev/e2e-restarted-at"] = time.Now().UTC().Format(time.RFC3339)
+	dep.Spec.Template.Annotations["loraplane.dev/e2e-restarted-at"] = time.Now().UTC().Format(time.RFC3339)
 	if err := k8s.Patch(ctx, dep, patch); err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // hooks returns the commands in the named environment variables (set by make e2e-local),
@@ -514,13 +514,13 @@ func TestAPIServerRestart(t *testing.T) {
 	t.Logf("pending work (3 adapters on 3 pods, 3 model routes) converged %s after the API server was back", time.Since(back).Round(100*time.Millisecond))
 }
 
-// syncCount sums modelplane_cache_sync_duration_seconds_count on a metrics endpoint: how
+// syncCount sums loraplane_cache_sync_duration_seconds_count on a metrics endpoint: how
 // many cache syncs the process has done.
 func syncCount(t *testing.T, url string) float64 {
 	t.Helper()
 	var sum float64
 	for _, line := range strings.Split(scrape(t, url), "\n") {
-		if !strings.HasPrefix(line, "modelplane_cache_sync_duration_seconds_count") {
+		if !strings.HasPrefix(line, "loraplane_cache_sync_duration_seconds_count") {
 			continue
 		}
 		f := strings.Fields(line)

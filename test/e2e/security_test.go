@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // applyPodDryRun server-side applies pod with dryRun=All: admission (Pod Security among it)
@@ -40,7 +40,7 @@ func applyPodDryRun(ctx context.Context, pod *corev1.Pod) error {
 	u.SetKind("Pod")
 	unstructured.RemoveNestedField(u.Object, "status")
 	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	return k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("modelplane-e2e"), client.ForceOwnership, client.DryRunAll)
+	return k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("loraplane-e2e"), client.ForceOwnership, client.DryRunAll)
 }
 
 // TestPodSecurityRestricted: the Pods of both controller Deployments in deploy/ are admitted
@@ -119,7 +119,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 	key, wrong := "mp-e2e-key-"+suffix()+suffix()+suffix(), "mp-e2e-wrong-"+suffix()+suffix()+suffix()
 
 	dep := modelDeployment(ns, model, 2)
-	dep.Spec.Template.Annotations = map[string]string{"fake-engine.modelplane.dev/api-key": key}
+	dep.Spec.Template.Annotations = map[string]string{"fake-engine.loraplane.dev/api-key": key}
 	if err := k8s.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}

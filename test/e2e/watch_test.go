@@ -164,7 +164,7 @@ func ownedVersions(t *testing.T, ns, model string) map[string]string {
 }
 
 type leaderCounts struct {
-	syncs      float64 // modelplane_cache_sync_duration_seconds_count summed over the resources
+	syncs      float64 // loraplane_cache_sync_duration_seconds_count summed over the resources
 	unsynced   int     // resources whose cache_synced is not 1 (skipped optional ones aside)
 	reconciles float64 // controller_runtime_reconcile_total summed over controllers and results
 }
@@ -191,13 +191,13 @@ func leaderMetrics(t *testing.T, url string) leaderCounts {
 		}
 		labels := line[strings.Index(line, "{")+1 : max(strings.Index(line, "}"), strings.Index(line, "{")+1)]
 		switch {
-		case strings.HasPrefix(line, "modelplane_cache_sync_duration_seconds_count{"):
+		case strings.HasPrefix(line, "loraplane_cache_sync_duration_seconds_count{"):
 			c.syncs += v
 		case strings.HasPrefix(line, "controller_runtime_reconcile_total{"):
 			c.reconciles += v
-		case strings.HasPrefix(line, "modelplane_cache_synced{") && v != 1:
+		case strings.HasPrefix(line, "loraplane_cache_synced{") && v != 1:
 			notSynced[labels] = true
-		case strings.HasPrefix(line, "modelplane_cache_resource_skipped{") && v == 1:
+		case strings.HasPrefix(line, "loraplane_cache_resource_skipped{") && v == 1:
 			skipped[labels] = true // an optional API not served: not synced by design
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 func TestFleet(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // ipSeq hands out a fresh 127.0.9.x (then 127.0.10.x, ...) address to each engine a test

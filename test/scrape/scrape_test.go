@@ -27,8 +27,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite hack/promcheck/testdata/exported-metrics.txt from the scrape")
@@ -163,8 +163,8 @@ func TestExportedMetrics(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(a), modelAdapter("", "", nil))
 		var routes bytes.Buffer
 		got := scrape(t, binaries[1].metrics, &routes)
-		managed := got["modelplane_routes"] != "" && strings.Contains(routes.String(), `modelplane_routes{state="managed"} `) &&
-			!strings.Contains(routes.String(), `modelplane_routes{state="managed"} 0`)
+		managed := got["loraplane_routes"] != "" && strings.Contains(routes.String(), `loraplane_routes{state="managed"} `) &&
+			!strings.Contains(routes.String(), `loraplane_routes{state="managed"} 0`)
 		return client.IgnoreNotFound(err) == nil && err != nil && slices.Equal(eng.Loaded(), []string{"kept"}) && managed,
 			fmt.Sprintf("adapter get: %v, engine holds %v, route managed: %v", err, eng.Loaded(), managed)
 	})

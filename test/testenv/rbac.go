@@ -22,7 +22,7 @@ import (
 )
 
 // ServiceAccountUser is the user name of a ServiceAccount, e.g.
-// system:serviceaccount:modelplane-system:router-controller.
+// system:serviceaccount:loraplane-system:router-controller.
 func ServiceAccountUser(namespace, name string) string {
 	return "system:serviceaccount:" + namespace + ":" + name
 }
@@ -133,7 +133,7 @@ func (e *Env) ApplyInNamespace(ctx context.Context, path, namespace string) erro
 				u.SetNamespace(namespace)
 			}
 		}
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("modelplane-tests"), client.ForceOwnership); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("loraplane-tests"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package testenv starts envtest (a real kube-apiserver and etcd, built by `make tools`) with
-// modelplane's CRDs, for integration tests of every module.
+// loraplane's CRDs, for integration tests of every module.
 package testenv
 
 import (

@@ -17,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/aibrixfixture"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/adapter"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/aibrixfixture"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // The tests of the switch-over from AIBrix: ModelAdapters, Services and EndpointSlices as
@@ -128,7 +128,7 @@ func TestAIBrixAdapterTakenOver(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
 	es := holdingEngines(t, ns, "qwen", "qwen-lora", "org/qwen-lora", "qwen-a", "qwen-b")
-	released := metricValue(t, "modelplane_aibrix_takeovers_total", map[string]string{"object": "finalizer"})
+	released := metricValue(t, "loraplane_aibrix_takeovers_total", map[string]string{"object": "finalizer"})
 	stopAIBrix := holdAIBrixLease(t)
 	a := createAIBrixAdapter(t, aibrixfixture.Adapter{Name: "qwen-lora", Namespace: ns, BaseModel: "qwen",
 		ArtifactURL: "huggingface://org/qwen-lora", Instances: []string{"qwen-b", "qwen-a"}, Candidates: 2,
@@ -174,8 +174,8 @@ func TestAIBrixAdapterTakenOver(t *testing.T) {
 			t.Errorf("engine of %s after the deletion: %d unloads, holds %v", name, e.Unloads(), e.Loaded())
 		}
 	}
-	if n := metricValue(t, "modelplane_aibrix_takeovers_total", map[string]string{"object": "finalizer"}) - released; n != 1 {
-		t.Errorf("modelplane_aibrix_takeovers_total{object=finalizer} grew by %v, want 1", n)
+	if n := metricValue(t, "loraplane_aibrix_takeovers_total", map[string]string{"object": "finalizer"}) - released; n != 1 {
+		t.Errorf("loraplane_aibrix_takeovers_total{object=finalizer} grew by %v, want 1", n)
 	}
 }
 
@@ -258,8 +258,8 @@ func TestAIBrixRunningRefusedThenDeletionCompletes(t *testing.T) {
 	if e.Type != corev1.EventTypeWarning || !strings.Contains(e.Note, aibrixLeaseKey.String()+" is held by") {
 		t.Errorf("AIBrixRunning event: %s %q", e.Type, e.Note)
 	}
-	if v := metricValue(t, "modelplane_aibrix_controller_running", map[string]string{"controller": "adapter-controller"}); v != 1 {
-		t.Errorf("modelplane_aibrix_controller_running = %v, want 1", v)
+	if v := metricValue(t, "loraplane_aibrix_controller_running", map[string]string{"controller": "adapter-controller"}); v != 1 {
+		t.Errorf("loraplane_aibrix_controller_running = %v, want 1", v)
 	}
 	if err := k8s.Delete(ctxFor(t), a); err != nil {
 		t.Fatal(err)
@@ -291,8 +291,8 @@ func TestAIBrixRunningRefusedThenDeletionCompletes(t *testing.T) {
 	if n := retried["qwen-c"].Unloads() + retried["qwen-c"].Loads(); n != 0 {
 		t.Errorf("the pod of the retry annotations got %d load or unload calls: the annotation was misread as a record", n)
 	}
-	if v := metricValue(t, "modelplane_aibrix_controller_running", map[string]string{"controller": "adapter-controller"}); v != 0 {
-		t.Errorf("modelplane_aibrix_controller_running = %v after the release, want 0", v)
+	if v := metricValue(t, "loraplane_aibrix_controller_running", map[string]string{"controller": "adapter-controller"}); v != 0 {
+		t.Errorf("loraplane_aibrix_controller_running = %v after the release, want 0", v)
 	}
 }
 

@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // servedArtifact tells which artifact the adapter on pod (loaded and verified) serves, and

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/adapter"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // sliceEndpoints returns "pod=address" of each endpoint of the slice, sorted; ok false when

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // syncEngines loads the adapter where it should be and is not, reloads it where it serves

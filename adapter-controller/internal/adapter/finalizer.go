@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	"github.com/modelplane/modelplane/shared/aibrix"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // finalize unloads a deleted adapter from every pod that may hold it — the scheduled pods

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 func adapters(names ...string) []engine.Adapter {

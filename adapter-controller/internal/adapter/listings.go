@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 )
 
 // listings shares GET /v1/models calls between the callers that want the adapters of the

@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // fakeEngine is an engine.Client that keeps the adapters of each host in memory. A list

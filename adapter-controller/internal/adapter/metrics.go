@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	sharedmetrics "github.com/modelplane/modelplane/shared/metrics"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	sharedmetrics "github.com/loraplane/loraplane/shared/metrics"
 )
 
 // Result is the value of the result label of the adapter operation counters: "success", or
@@ -29,7 +29,7 @@ func resultOf(err error) Result {
 	return Result(engine.ReasonOf(err))
 }
 
-// ReloadMethod is the value of the method label of modelplane_adapter_reloads_total.
+// ReloadMethod is the value of the method label of loraplane_adapter_reloads_total.
 type ReloadMethod string
 
 const (
@@ -39,7 +39,7 @@ const (
 	ReloadUnloadLoad ReloadMethod = "unload-load"
 )
 
-// InstanceState is the value of the state label of modelplane_adapter_instances.
+// InstanceState is the value of the state label of loraplane_adapter_instances.
 type InstanceState string
 
 const (
@@ -50,7 +50,7 @@ const (
 	InstancesReady InstanceState = "ready"
 )
 
-// ListCall is the value of the call label of modelplane_adapter_inventory_list_requests_total.
+// ListCall is the value of the call label of loraplane_adapter_inventory_list_requests_total.
 type ListCall string
 
 const (
@@ -87,7 +87,7 @@ var (
 	adapterInstances = sharedmetrics.NewGaugeVec("adapter_instances",
 		"Engine pods per ModelAdapter: desired (placed on) and ready (loaded and verified). Two series per adapter, removed when the adapter is deleted.",
 		"namespace", "name", "state")
-	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("modelplane_adapters",
+	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("loraplane_adapters",
 		"ModelAdapters by status phase, counted from the informer cache at scrape time.", []string{"phase"}, nil)}
 )
 

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 func TestRecorders(t *testing.T) {
@@ -68,7 +68,7 @@ func TestRecorders(t *testing.T) {
 	}
 }
 
-// instancesIn returns the modelplane_adapter_instances values (desired, ready) of the
+// instancesIn returns the loraplane_adapter_instances values (desired, ready) of the
 // adapters of one namespace by name, and how many series they are. Only that namespace is
 // read: the envtest suite's controller runs in this process and publishes its own adapters'
 // series meanwhile.

@@ -26,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	"github.com/modelplane/modelplane/shared/aibrix"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters,verbs=get;list;watch;update;patch
@@ -45,21 +45,21 @@ import (
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get,resourceNames=aibrix-controller-manager;aibrix-model-adapter-controller
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=loraplane-system
 // Leader election records an event on its Lease: the namespaced install (no cluster-wide
 // events rule) needs it here.
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=modelplane-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=loraplane-system
 
 const (
 	// Finalizer holds a ModelAdapter until it is unloaded from its pods.
-	Finalizer = "modelplane.io/unload-adapter"
+	Finalizer = "loraplane.io/unload-adapter"
 	// ManagedByLabel marks the Services and EndpointSlices this controller owns; the caches
 	// of those kinds are scoped to it.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// ManagedByValue is the value of ManagedByLabel.
-	ManagedByValue = "modelplane-adapter-controller"
+	ManagedByValue = "loraplane-adapter-controller"
 	// EndpointSliceManagedBy is the endpointslice.kubernetes.io/managed-by value.
-	EndpointSliceManagedBy = "adapter-controller.modelplane.io"
+	EndpointSliceManagedBy = "adapter-controller.loraplane.io"
 	// APIKeySecretKey is the entry of credentialsSecretRef sent to engines as a bearer token.
 	APIKeySecretKey = "api-key"
 )
@@ -212,7 +212,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 
 // podModelIndex indexes the cached pods by the value of their model label, so that an adapter
 // whose selector names its model reads that model's pods only.
-const podModelIndex = "modelplane.podModel"
+const podModelIndex = "loraplane.podModel"
 
 func podModel(o client.Object) []string {
 	if m, ok := o.GetLabels()[v1alpha1.ModelNameLabel]; ok {

@@ -15,10 +15,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/adapter"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // TestLoadOnAllPods: an AIBrix-style adapter without replicas is loaded on every matching
@@ -96,11 +96,11 @@ func TestLoadOnAllPods(t *testing.T) {
 		family string
 		labels map[string]string
 	}{
-		{"modelplane_adapter_loads_total", map[string]string{"engine": "vllm", "result": "success"}},
-		{"modelplane_engine_requests_total", map[string]string{"engine": "vllm", "op": "load", "code": "200"}},
-		{"modelplane_engine_requests_total", map[string]string{"engine": "vllm", "op": "list", "code": "200"}},
-		{"modelplane_adapters", map[string]string{"phase": "Running"}},
-		{"modelplane_adapter_load_duration_seconds", nil},
+		{"loraplane_adapter_loads_total", map[string]string{"engine": "vllm", "result": "success"}},
+		{"loraplane_engine_requests_total", map[string]string{"engine": "vllm", "op": "load", "code": "200"}},
+		{"loraplane_engine_requests_total", map[string]string{"engine": "vllm", "op": "list", "code": "200"}},
+		{"loraplane_adapters", map[string]string{"phase": "Running"}},
+		{"loraplane_adapter_load_duration_seconds", nil},
 	} {
 		if v := metricValue(t, m.family, m.labels); v < 1 {
 			t.Errorf("%s%v = %v, want >= 1", m.family, m.labels, v)
@@ -110,8 +110,8 @@ func TestLoadOnAllPods(t *testing.T) {
 		return map[string]string{"namespace": ns, "name": a.Name, "state": state}
 	}
 	for _, state := range []string{"desired", "ready"} {
-		if v := metricValue(t, "modelplane_adapter_instances", instances(state)); v != 3 {
-			t.Errorf("modelplane_adapter_instances%v = %v, want 3", instances(state), v)
+		if v := metricValue(t, "loraplane_adapter_instances", instances(state)); v != 3 {
+			t.Errorf("loraplane_adapter_instances%v = %v, want 3", instances(state), v)
 		}
 	}
 	// Nothing to change: a reconcile of the adapter (forced by a label it does not read) and
@@ -145,8 +145,8 @@ func TestLoadOnAllPods(t *testing.T) {
 			t.Errorf("after deletion, the engine of %s still holds %v", pods[i].Name, e.Loaded())
 		}
 	}
-	if ms, err := testenv.Metrics("modelplane_adapter_instances", map[string]string{"namespace": ns, "name": a.Name}); err != nil || len(ms) != 0 {
-		t.Errorf("after deletion, modelplane_adapter_instances of the adapter has %d series (err %v), want none", len(ms), err)
+	if ms, err := testenv.Metrics("loraplane_adapter_instances", map[string]string{"namespace": ns, "name": a.Name}); err != nil || len(ms) != 0 {
+		t.Errorf("after deletion, loraplane_adapter_instances of the adapter has %d series (err %v), want none", len(ms), err)
 	}
 }
 

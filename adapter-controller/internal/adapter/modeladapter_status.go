@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // Condition and event reasons.
@@ -49,7 +49,7 @@ const (
 	ReasonRolloutFailed       = "RolloutFailed"
 	// ReasonAIBrixRunning: the adapter is not acted on while AIBrix's controllers run.
 	ReasonAIBrixRunning = "AIBrixRunning"
-	// ReasonCRDOutdated: the installed ModelAdapter CRD drops fields of modelplane's status.
+	// ReasonCRDOutdated: the installed ModelAdapter CRD drops fields of loraplane's status.
 	ReasonCRDOutdated = "CRDOutdated"
 )
 
@@ -257,13 +257,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 
 // reportPrunedStatus says, once per process, that the API server dropped
 // status.instanceArtifacts from a status write: the installed ModelAdapter CRD is not
-// modelplane's (AIBrix's has no such field), so artifact rollouts cannot be tracked and the
+// loraplane's (AIBrix's has no such field), so artifact rollouts cannot be tracked and the
 // status is rewritten on every pass until the CRD is replaced.
 func (r *Reconciler) reportPrunedStatus(ctx context.Context, a *v1alpha1.ModelAdapter) {
 	r.prunedOnce.Do(func() {
-		klog.FromContext(ctx).Error(nil, "The installed ModelAdapter CRD drops status.instanceArtifacts: it is not modelplane's (AIBrix's CRD?); "+
+		klog.FromContext(ctx).Error(nil, "The installed ModelAdapter CRD drops status.instanceArtifacts: it is not loraplane's (AIBrix's CRD?); "+
 			"apply deploy/crds/model.aibrix.ai_modeladapters.yaml (docs/switching-from-aibrix.md)")
 		r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonCRDOutdated, "WriteStatus",
-			"The API server dropped status.instanceArtifacts: the installed ModelAdapter CRD is not modelplane's; apply modelplane's CRD (docs/switching-from-aibrix.md)")
+			"The API server dropped status.instanceArtifacts: the installed ModelAdapter CRD is not loraplane's; apply loraplane's CRD (docs/switching-from-aibrix.md)")
 	})
 }

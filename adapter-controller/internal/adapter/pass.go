@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // pass is the state of one reconcile of one adapter, filled by the steps in order.

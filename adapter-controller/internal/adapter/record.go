@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // scheduledPods returns the pods of the adapter's scheduled-pods annotation.

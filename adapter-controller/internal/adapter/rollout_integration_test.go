@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // rolloutFleet is three engine pods of one kind with an adapter Running on all of them.
@@ -200,7 +200,7 @@ func TestArtifactRollout(t *testing.T) {
 			model = strings.TrimSuffix(model, ")")
 			f := newRolloutFleet(t, model, tc.opts, tc.runtime)
 			key := client.ObjectKeyFromObject(f.adapter)
-			reloadsBefore := metricValue(t, "modelplane_adapter_reloads_total", map[string]string{"method": tc.method, "result": "success"})
+			reloadsBefore := metricValue(t, "loraplane_adapter_reloads_total", map[string]string{"method": tc.method, "result": "success"})
 
 			stop := make(chan struct{})
 			minimum := f.watchServing(t, stop)
@@ -222,8 +222,8 @@ func TestArtifactRollout(t *testing.T) {
 			if limit := 2*inventoryPeriod + 10*time.Second; took > limit {
 				t.Errorf("rollout took %s, want within %s (2 inventory periods of %s + 10 s)", took, limit, inventoryPeriod)
 			}
-			if got := metricValue(t, "modelplane_adapter_reloads_total", map[string]string{"method": tc.method, "result": "success"}) - reloadsBefore; got != 3 {
-				t.Errorf("modelplane_adapter_reloads_total{method=%q,result=success} grew by %v, want 3", tc.method, got)
+			if got := metricValue(t, "loraplane_adapter_reloads_total", map[string]string{"method": tc.method, "result": "success"}) - reloadsBefore; got != 3 {
+				t.Errorf("loraplane_adapter_reloads_total{method=%q,result=success} grew by %v, want 3", tc.method, got)
 			}
 		})
 	}

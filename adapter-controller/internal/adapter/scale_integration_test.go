@@ -7,8 +7,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // TestFiftyAdaptersOnTenPods loads 50 adapters on 10 pods (500 loads) and reports the time to
@@ -81,7 +81,7 @@ func TestVerificationListsShared(t *testing.T) {
 		engines = append(engines, engine(t, ip, 8000, fakeengine.Options{Latency: 100 * time.Millisecond}))
 		modelPod(t, ns, fmt.Sprintf("share-%d", i), ip, modelLabels("share"))
 	}
-	sharedBefore := metricValue(t, "modelplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})
+	sharedBefore := metricValue(t, "loraplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})
 	var created []*v1alpha1.ModelAdapter
 	for i := range adapters {
 		a := newAdapter(ns, fmt.Sprintf("lora-%02d", i), "share")
@@ -100,7 +100,7 @@ func TestVerificationListsShared(t *testing.T) {
 	}
 	t.Logf("%d adapters x %d pods: %d load calls, %d list calls (verifications and inventory polls), %.2f lists per load; %.0f list requests shared a call",
 		adapters, podCount, loads, lists, float64(lists)/float64(loads),
-		metricValue(t, "modelplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})-sharedBefore)
+		metricValue(t, "loraplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})-sharedBefore)
 	if loads < adapters*podCount {
 		t.Errorf("%d load calls, want at least %d", loads, adapters*podCount)
 	}

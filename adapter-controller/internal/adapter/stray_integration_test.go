@@ -8,8 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // TestStraysSwept: adapters this controller loaded whose ModelAdapter went away without
@@ -37,7 +37,7 @@ func TestStraysSwept(t *testing.T) {
 	// a poll that read them before; no load is left to verify).
 	listed := e.Lists()
 	waitFor(t, 10*inventoryPeriod, "two more inventory listings of the pod", func() bool { return e.Lists() >= listed+2 })
-	strays := metricValue(t, "modelplane_adapter_stray_unloads_total", map[string]string{"result": "success"})
+	strays := metricValue(t, "loraplane_adapter_stray_unloads_total", map[string]string{"result": "success"})
 
 	// Unloads hang past the engine timeout: deletion cannot unload.
 	e.SetFault(fakeengine.Fault{Op: fakeengine.OpUnload, Hang: time.Minute})
@@ -78,7 +78,7 @@ func TestStraysSwept(t *testing.T) {
 	if got := e.Loaded(); joined(got) != "foreign,kept,static" {
 		t.Errorf("the engine holds %v, want the adapters it was started with and the one whose ModelAdapter exists: foreign, kept, static", got)
 	}
-	if got := metricValue(t, "modelplane_adapter_stray_unloads_total", map[string]string{"result": "success"}) - strays; got != 2 {
-		t.Errorf("modelplane_adapter_stray_unloads_total{result=success} grew by %v, want 2", got)
+	if got := metricValue(t, "loraplane_adapter_stray_unloads_total", map[string]string{"result": "success"}) - strays; got != 2 {
+		t.Errorf("loraplane_adapter_stray_unloads_total{result=success} grew by %v, want 2", got)
 	}
 }

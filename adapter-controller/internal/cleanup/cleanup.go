@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // What the cleanup does with ModelAdapters, and nothing else (its own Role in the chart).

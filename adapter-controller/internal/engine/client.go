@@ -103,7 +103,7 @@ const (
 // maxResponseHeaderBytes bounds response headers on the default transport.
 const maxResponseHeaderBytes = 64 << 10
 
-const userAgent = "modelplane-adapter-controller"
+const userAgent = "loraplane-adapter-controller"
 
 // Options configure New. The zero value is valid.
 type Options struct {

@@ -7,9 +7,9 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // TestDeleteAllAdapters: `adapter-controller --delete-all-adapters`, the uninstall's first

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // process is one adapter-controller process that the test can kill: after kill it makes no

@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // listCounter counts the list requests of a configuration: plain LISTs and the initial
@@ -139,7 +139,7 @@ func TestLeaderFailover(t *testing.T) {
 		return code == http.StatusOK, fmt.Sprintf("/readyz %d", code)
 	})
 	syncs := func() float64 {
-		v, err := testenv.MetricSum("modelplane_cache_sync_duration_seconds", map[string]string{"controller": setup.ControllerName})
+		v, err := testenv.MetricSum("loraplane_cache_sync_duration_seconds", map[string]string{"controller": setup.ControllerName})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,14 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // cleanupAccount is the ServiceAccount of the chart's uninstall hook.
-const cleanupAccount = "modelplane-adapter-cleanup"
+const cleanupAccount = "loraplane-adapter-cleanup"
 
 // TestChartNamespacedRBAC: the Helm chart's namespaced install (watchNamespaces) gives the
 // adapter-controller Roles in the watched namespace only; running as its ServiceAccount with
@@ -63,7 +63,7 @@ func TestChartNamespacedRBAC(t *testing.T) {
 		return ns.Name
 	}
 	src, other := newNS("src"), newNS("other")
-	out, err := exec.CommandContext(ctx, helm, "template", "modelplane", filepath.Join(root, "deploy", "chart", "modelplane"),
+	out, err := exec.CommandContext(ctx, helm, "template", "loraplane", filepath.Join(root, "deploy", "chart", "loraplane"),
 		"--namespace", systemNamespace, "--show-only", "templates/controllers.yaml", "--show-only", "templates/cleanup-hook.yaml",
 		"--set", "routerController.enabled=false", "--set", "watchNamespaces={"+src+"}").Output()
 	if err != nil {

@@ -11,13 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
-const systemNamespace = "modelplane-system"
+const systemNamespace = "loraplane-system"
 
 // applyRBAC installs the generated roles and the bindings of the adapter-controller.
 func applyRBAC(ctx context.Context, t *testing.T) {
@@ -103,7 +103,7 @@ func TestRBACMinimal(t *testing.T) {
 }
 
 // TestRBACSufficient: the adapter-controller running as its ServiceAccount (impersonated)
-// with leader election in modelplane-system becomes ready, wins the lease and loads an
+// with leader election in loraplane-system becomes ready, wins the lease and loads an
 // adapter onto a fake engine.
 func TestRBACSufficient(t *testing.T) {
 	if testing.Short() {

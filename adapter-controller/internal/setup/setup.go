@@ -22,13 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/adapter"
-	"github.com/modelplane/modelplane/adapter-controller/internal/cleanup"
-	"github.com/modelplane/modelplane/adapter-controller/internal/engine"
-	"github.com/modelplane/modelplane/shared/aibrix"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/loraplane/loraplane/adapter-controller/internal/adapter"
+	"github.com/loraplane/loraplane/adapter-controller/internal/cleanup"
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/app"
+	"github.com/loraplane/loraplane/shared/syncgate"
 )
 
 // ControllerName names the binary in logs, metrics and its leader election lease.

@@ -13,10 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/adapter-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/fakeengine"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 var env *testenv.Env

@@ -4,7 +4,7 @@
 if ! have "$KIND_NODE_IMAGE"; then
   node_pkgs=systemd,systemd-sysv,dbus,iptables,nftables,conntrack,ethtool,socat,iproute2,procps,util-linux,mount,kmod,ca-certificates,libseccomp2,containerd,runc,containernetworking-plugins,pigz,jq,bash,curl,e2fsprogs
   node_tar=$(rootfs node "$node_pkgs")
-  node_rootfs=modelplane-kit/node-rootfs:$(basename "$node_tar" .tar | awk -F- '{print $NF}')
+  node_rootfs=loraplane-kit/node-rootfs:$(basename "$node_tar" .tar | awk -F- '{print $NF}')
   have "$node_rootfs" || import "$node_tar" "$node_rootfs"
   log "$KIND_NODE_IMAGE (kind $KIND_VERSION images/base recipe, preloaded: ${kubeadm_images[*]})"
   kind_dir=$(cd "$work" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
@@ -15,13 +15,13 @@ if ! have "$KIND_NODE_IMAGE"; then
   rm -f "$ctx/files/etc/containerd/config.toml" "$ctx/files/etc/systemd/system/containerd-fuse-overlayfs.service"
   cp "$root/hack/images/node/Dockerfile" "$root/hack/images/node/containerd-config.toml" "$ctx/"
   for b in kubelet kubeadm kubectl crictl; do cp "$(readlink -f "$bin/$b")" "$ctx/bin/$b"; done
-  base=modelplane-kit/node-base:$KUBE_VERSION
+  base=loraplane-kit/node-base:$KUBE_VERSION
   quiet docker build -q --build-arg "ROOTFS=$node_rootfs" --build-arg "KUBE_VERSION=$KUBE_VERSION" -t "$base" "$ctx"
 
   # Step 2, as kind's own node-image build does it: containerd in a container of the base
   # image imports the images (content only; containerd unpacks on first use), then commit (the
   # base image's STOPSIGNAL and ENV carry over; ENTRYPOINT and CMD are set back).
-  name=modelplane-kit-node-build-$$
+  name=loraplane-kit-node-build-$$
   docker rm -f "$name" >/dev/null 2>&1 || true
   docker run -d --init --name "$name" --privileged --entrypoint sleep "$base" infinity >/dev/null
   trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT

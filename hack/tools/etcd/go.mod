@@ -1,6 +1,6 @@
 // Module etcd builds the pinned etcd server (the version k8s.io/kubernetes v1.37.2 uses).
 // It is not part of go.work: its dependency graph must never mix with the controllers'.
-module github.com/modelplane/modelplane/hack/tools/etcd
+module github.com/loraplane/loraplane/hack/tools/etcd
 
 go 1.26.0
 

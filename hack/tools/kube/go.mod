@@ -1,6 +1,6 @@
 // Module kube builds the pinned Kubernetes control-plane binaries and kubectl.
 // It is not part of go.work: its dependency graph must never mix with the controllers'.
-module github.com/modelplane/modelplane/hack/tools/kube
+module github.com/loraplane/loraplane/hack/tools/kube
 
 go 1.26.0
 

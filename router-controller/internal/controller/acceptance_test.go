@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 // gatewayStatus is the status an implementation of the default Gateway writes on a route of
@@ -140,7 +140,7 @@ func TestAcceptanceReported(t *testing.T) {
 		}
 		want := map[bool]float64{true: 1}[st.wantState == RouteStateNotAccepted]
 		if got := notAccepted(); got != want {
-			t.Errorf("%s: modelplane_routes{state=not-accepted} = %v, want %v", st.name, got, want)
+			t.Errorf("%s: loraplane_routes{state=not-accepted} = %v, want %v", st.name, got, want)
 		}
 	}
 	// The model loses its sources: its state goes, not-accepted included.

@@ -21,11 +21,11 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/controller"
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/router-controller/internal/setup"
-	"github.com/modelplane/modelplane/test/aibrixfixture"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/setup"
+	"github.com/loraplane/loraplane/test/aibrixfixture"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // The tests of the switch-over from AIBrix: AIBrix's objects are written as its
@@ -197,7 +197,7 @@ func routesMatching(t *testing.T, gw, model string) []string {
 
 func takeOvers(t *testing.T, object string) float64 {
 	t.Helper()
-	n, err := testenv.MetricSum("modelplane_aibrix_takeovers_total", map[string]string{"object": object})
+	n, err := testenv.MetricSum("loraplane_aibrix_takeovers_total", map[string]string{"object": object})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestAIBrixRouteAndGrantTakenOver(t *testing.T) {
 		t.Errorf("RouteAdopted event: %s %q", e.Type, e.Note)
 	}
 	if n := takeOvers(t, "httproute") - routesBefore; n != 1 {
-		t.Errorf("modelplane_aibrix_takeovers_total{object=httproute} grew by %v, want 1", n)
+		t.Errorf("loraplane_aibrix_takeovers_total{object=httproute} grew by %v, want 1", n)
 	}
 
 	// From now on it is ours: a port change reaches it, and it stays the only route.
@@ -274,7 +274,7 @@ func TestAIBrixRouteAndGrantTakenOver(t *testing.T) {
 	})
 	waitEvent(t, ns, aibrixGrant.Name, controller.ReasonAIBrixGrantRemoved)
 	if n := takeOvers(t, "referencegrant") - grantsBefore; n != 1 {
-		t.Errorf("modelplane_aibrix_takeovers_total{object=referencegrant} grew by %v, want 1", n)
+		t.Errorf("loraplane_aibrix_takeovers_total{object=referencegrant} grew by %v, want 1", n)
 	}
 	n, err := grants.holds(serviceAdmitted("qwen"))
 	if err != nil {
@@ -293,10 +293,10 @@ func TestAIBrixRouteAndGrantTakenOver(t *testing.T) {
 	}
 }
 
-// TestAIBrixGrantKeptForForeignRoutes: AIBrix's grant stays while a route modelplane does
+// TestAIBrixGrantKeptForForeignRoutes: AIBrix's grant stays while a route loraplane does
 // not manage (here one of another Gateway) sends to a Service of the namespace that
-// modelplane's grants do not admit: a Warning event on the grant and
-// modelplane_aibrix_grants_kept say so. Once that route is gone, the grant is deleted.
+// loraplane's grants do not admit: a Warning event on the grant and
+// loraplane_aibrix_grants_kept say so. Once that route is gone, the grant is deleted.
 func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 	needEnv(t)
 	gw, ns := newNamespace(t, "gw"), newNamespace(t, "src")
@@ -321,8 +321,8 @@ func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 	if e.Type != "Warning" || !strings.Contains(e.Note, "legacy-app (HTTPRoute legacy-app)") {
 		t.Errorf("AIBrixGrantKept event: %s %q, want a Warning naming the Service and the route", e.Type, e.Note)
 	}
-	eventually(t, "modelplane_aibrix_grants_kept = 1", func() error {
-		if v, _ := gaugeValue(t, "modelplane_aibrix_grants_kept", nil); v != 1 {
+	eventually(t, "loraplane_aibrix_grants_kept = 1", func() error {
+		if v, _ := gaugeValue(t, "loraplane_aibrix_grants_kept", nil); v != 1 {
 			return fmt.Errorf("it is %v", v)
 		}
 		return nil
@@ -338,8 +338,8 @@ func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "modelplane_aibrix_grants_kept back to 0", func() error {
-		if v, _ := gaugeValue(t, "modelplane_aibrix_grants_kept", nil); v != 0 {
+	eventually(t, "loraplane_aibrix_grants_kept back to 0", func() error {
+		if v, _ := gaugeValue(t, "loraplane_aibrix_grants_kept", nil); v != 0 {
 			return fmt.Errorf("it is %v", v)
 		}
 		return nil
@@ -523,7 +523,7 @@ func (l *aibrixLease) release(t *testing.T) {
 
 // TestTakeOverWaitsForAIBrix: while AIBrix's controller-manager renews its Lease, the route
 // AIBrix made is not adopted and its grant not removed: a Warning event AIBrixRunning on the
-// workload and modelplane_aibrix_controller_running=1 say why. Once the Lease is released,
+// workload and loraplane_aibrix_controller_running=1 say why. Once the Lease is released,
 // the take-over happens.
 func TestTakeOverWaitsForAIBrix(t *testing.T) {
 	needEnv(t)
@@ -543,8 +543,8 @@ func TestTakeOverWaitsForAIBrix(t *testing.T) {
 	if e.Type != "Warning" || !strings.Contains(e.Note, lease.key.String()+" is held by aibrix-controller-manager-7d9f8-qx2lp_1b2c") {
 		t.Errorf("AIBrixRunning event: %s %q, want a Warning naming the Lease and its holder", e.Type, e.Note)
 	}
-	if v, _ := gaugeValue(t, "modelplane_aibrix_controller_running", map[string]string{"controller": setup.ControllerName}); v != 1 {
-		t.Errorf("modelplane_aibrix_controller_running = %v, want 1", v)
+	if v, _ := gaugeValue(t, "loraplane_aibrix_controller_running", map[string]string{"controller": setup.ControllerName}); v != 1 {
+		t.Errorf("loraplane_aibrix_controller_running = %v, want 1", v)
 	}
 	// The event proves the model was reconciled with AIBrix running: nothing was taken.
 	if r := getRoute(t, gw, qwenRoute); r.ResourceVersion != made.ResourceVersion || routes.IsManaged(r) {
@@ -567,7 +567,7 @@ func TestTakeOverWaitsForAIBrix(t *testing.T) {
 		}
 		return nil
 	})
-	if v, _ := gaugeValue(t, "modelplane_aibrix_controller_running", map[string]string{"controller": setup.ControllerName}); v != 0 {
-		t.Errorf("modelplane_aibrix_controller_running = %v after the release, want 0", v)
+	if v, _ := gaugeValue(t, "loraplane_aibrix_controller_running", map[string]string{"controller": setup.ControllerName}); v != 0 {
+		t.Errorf("loraplane_aibrix_controller_running = %v after the release, want 0", v)
 	}
 }

@@ -15,10 +15,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/modelplane/modelplane/router-controller/internal/controller"
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // writeRequests sums client-go's rest_client_requests_total for the methods that write.

@@ -24,7 +24,7 @@
 // on the workload), build the desired route and compare it with the cached one: create when
 // missing, update when the spec or our labels and annotations differ, delete when no
 // workload is left, and never touch a route of that name that is not ours (Warning event
-// RouteConflict on every workload, modelplane_routes{state="conflict"}). At most one write
+// RouteConflict on every workload, loraplane_routes{state="conflict"}). At most one write
 // per reconcile; errors are retried with per-key exponential backoff.
 //
 // # Acceptance by the Gateway
@@ -33,7 +33,7 @@
 // configured Gateway (routes.RouteAcceptance). Accepted or ResolvedRefs not True for the
 // route's current generation makes the model not-accepted: a Warning event
 // RouteNotAccepted (the condition, the gateway's reason and message) on each source, once
-// per source and problem, and modelplane_routes{state="not-accepted"}. Accepted again, the
+// per source and problem, and loraplane_routes{state="not-accepted"}. Accepted again, the
 // model is managed again, with one Normal event RouteAccepted. A judgement of an earlier
 // generation changes nothing until the Gateway catches up; a route the Gateway does not
 // report on at all (no entry in status.parents) counts as managed. The route watch lets

@@ -13,7 +13,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 // garbageCollector enqueues, once the gate is open, every model named by a source, every

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/syncgate"
 )
 
 // SourceKind is a kind of model workload the router reads, metadata-only.
@@ -68,10 +68,10 @@ type sourceObject struct {
 const (
 	// sourceIndex indexes workloads by modelIndexValue(model), routeIndexValue(RouteName(model))
 	// and routeIndexValue(LegacyRouteName(model)) of the model they claim.
-	sourceIndex = "modelplane.io/routing"
+	sourceIndex = "loraplane.io/routing"
 	// routeBackendIndex indexes HTTPRoutes, ours or not, by the namespaces of their Service
 	// backends.
-	routeBackendIndex = "modelplane.io/backend-namespace"
+	routeBackendIndex = "loraplane.io/backend-namespace"
 )
 
 func modelIndexValue(model string) string { return "model:" + model }

@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 const (

@@ -5,10 +5,10 @@ import (
 
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	sharedmetrics "github.com/modelplane/modelplane/shared/metrics"
+	sharedmetrics "github.com/loraplane/loraplane/shared/metrics"
 )
 
-// RouteState is the value of the state label of modelplane_routes.
+// RouteState is the value of the state label of loraplane_routes.
 type RouteState string
 
 const (
@@ -21,7 +21,7 @@ const (
 	RouteStateNotAccepted RouteState = "not-accepted"
 )
 
-// ReconcileObject is the value of the object label of modelplane_route_reconcile_errors_total.
+// ReconcileObject is the value of the object label of loraplane_route_reconcile_errors_total.
 type ReconcileObject string
 
 const (
@@ -34,13 +34,13 @@ const (
 var (
 	// Routes is the number of model names per route state.
 	Routes = sharedmetrics.NewGaugeVec("routes",
-		"Model names with live sources, by route state: managed (route owned and current, accepted by the Gateway or not judged yet), not-accepted (route owned, but the Gateway reports Accepted or ResolvedRefs not True) or conflict (route name taken by an HTTPRoute not managed by modelplane). The states are exclusive.",
+		"Model names with live sources, by route state: managed (route owned and current, accepted by the Gateway or not judged yet), not-accepted (route owned, but the Gateway reports Accepted or ResolvedRefs not True) or conflict (route name taken by an HTTPRoute not managed by loraplane). The states are exclusive.",
 		"state")
 
 	// AIBrixGrantsKept is the number of namespaces whose AIBrix reserved ReferenceGrant is
-	// kept because routes modelplane does not manage still need it.
+	// kept because routes loraplane does not manage still need it.
 	AIBrixGrantsKept = sharedmetrics.NewGaugeVec("aibrix_grants_kept",
-		"Namespaces whose ReferenceGrant made by AIBrix's model router (admitting every Service) is kept, because HTTPRoutes of the gateway namespace that modelplane does not manage send to Services modelplane's grants do not admit.")
+		"Namespaces whose ReferenceGrant made by AIBrix's model router (admitting every Service) is kept, because HTTPRoutes of the gateway namespace that loraplane does not manage send to Services loraplane's grants do not admit.")
 
 	// RouteReconcileErrors counts failed reconciles by the object being reconciled.
 	RouteReconcileErrors = sharedmetrics.NewCounterVec("route_reconcile_errors_total",
@@ -70,7 +70,7 @@ func recordReconcileError(o ReconcileObject) {
 }
 
 // keptGrants remembers, per namespace, why AIBrix's reserved grant there is kept, behind
-// modelplane_aibrix_grants_kept and so that the reason is reported once, not per reconcile.
+// loraplane_aibrix_grants_kept and so that the reason is reported once, not per reconcile.
 type keptGrants struct {
 	mu          sync.Mutex
 	byNamespace map[string]string

@@ -25,8 +25,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // writes records the writes a reconcile made, as "verb kind/namespace/name".
@@ -249,7 +249,7 @@ func TestReconcileModel(t *testing.T) {
 			}
 			after := testutil.ToFloat64(RouteReconcileErrors.WithLabelValues(string(ObjectRoute)))
 			if wantInc := map[bool]float64{true: 1, false: 0}[tc.wantErr]; after-before != wantInc {
-				t.Errorf("modelplane_route_reconcile_errors_total{object=httproute} grew by %v, want %v", after-before, wantInc)
+				t.Errorf("loraplane_route_reconcile_errors_total{object=httproute} grew by %v, want %v", after-before, wantInc)
 			}
 			if diff := cmp.Diff(tc.wantWrites, w.log); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)

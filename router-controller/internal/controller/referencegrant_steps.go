@@ -17,8 +17,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/shared/aibrix"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/shared/aibrix"
 )
 
 // reconcileGrants makes the ReferenceGrants of namespace admit exactly the Services that
@@ -112,7 +112,7 @@ func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string)
 // cache), admit every Service that a route in the gateway namespace sends to there, ours or
 // not: no route loses its reference. A Service only routes we do not manage send to, and
 // ours do not admit, keeps AIBrix's grant (a Warning event on it, counted in
-// modelplane_aibrix_grants_kept); one of our routes whose grant is being written waits for
+// loraplane_aibrix_grants_kept); one of our routes whose grant is being written waits for
 // that write. Not while AIBrix's controllers run: its model router would make it again.
 func (r *RouteReconciler) retireAIBrixGrant(ctx context.Context, namespace string, g *gatewayv1beta1.ReferenceGrant, ours []*gatewayv1beta1.ReferenceGrant) error {
 	if g == nil || !r.cfg.AdoptAIBrix || !routes.IsAIBrixGrant(r.cfg.Routes, g) || g.DeletionTimestamp != nil {
@@ -148,9 +148,9 @@ func (r *RouteReconciler) retireAIBrixGrant(ctx context.Context, namespace strin
 		slices.Sort(foreign)
 		msg := strings.Join(slices.Compact(foreign), ", ")
 		if r.keptGrants.set(namespace, msg) {
-			log.Info("Keeping AIBrix's ReferenceGrant: routes modelplane does not manage still need it", "services", msg)
+			log.Info("Keeping AIBrix's ReferenceGrant: routes loraplane does not manage still need it", "services", msg)
 			r.recorder.Eventf(g, nil, corev1.EventTypeWarning, ReasonAIBrixGrantKept, ActionDeleteGrant,
-				"Keeping this ReferenceGrant, made by AIBrix's model router: HTTPRoutes in %s that modelplane does not manage send to Services that modelplane's grants do not admit: %s",
+				"Keeping this ReferenceGrant, made by AIBrix's model router: HTTPRoutes in %s that loraplane does not manage send to Services that loraplane's grants do not admit: %s",
 				r.cfg.Routes.GatewayNamespace, msg)
 		}
 		return nil
@@ -170,7 +170,7 @@ func (r *RouteReconciler) retireAIBrixGrant(ctx context.Context, namespace strin
 	}
 	aibrix.RecordTakeOver(aibrix.ObjectReferenceGrant)
 	r.recorder.Eventf(g, nil, corev1.EventTypeNormal, ReasonAIBrixGrantRemoved, ActionDeleteGrant,
-		"Deleted this ReferenceGrant, made by AIBrix's model router (every Service of %s): modelplane's grants admit every Service routed to here",
+		"Deleted this ReferenceGrant, made by AIBrix's model router (every Service of %s): loraplane's grants admit every Service routed to here",
 		namespace)
 	return nil
 }

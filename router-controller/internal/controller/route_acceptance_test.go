@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/controller"
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 // writeGatewayStatus writes, through the status subresource as a gateway implementation
@@ -40,7 +40,7 @@ func writeGatewayStatus(t *testing.T, route *gatewayv1.HTTPRoute, resolved metav
 
 // TestRouteAcceptanceSurfaced: the gateway's status on a route reaches the workload and the
 // metric with no other change: ResolvedRefs=False becomes a Warning event on the workload
-// (reason and the gateway's message) and modelplane_routes{state="not-accepted"}; accepted
+// (reason and the gateway's message) and loraplane_routes{state="not-accepted"}; accepted
 // again, a Normal event and the state back to managed.
 func TestRouteAcceptanceSurfaced(t *testing.T) {
 	needEnv(t)
@@ -53,8 +53,8 @@ func TestRouteAcceptanceSurfaced(t *testing.T) {
 
 	routesIn := func(state string, want float64) func() error {
 		return func() error {
-			if v, ok := gaugeValue(t, "modelplane_routes", map[string]string{"state": state}); !ok || v != want {
-				return fmt.Errorf("modelplane_routes{state=%q} = %v (present %v), want %v", state, v, ok, want)
+			if v, ok := gaugeValue(t, "loraplane_routes", map[string]string{"state": state}); !ok || v != want {
+				return fmt.Errorf("loraplane_routes{state=%q} = %v (present %v), want %v", state, v, ok, want)
 			}
 			return nil
 		}

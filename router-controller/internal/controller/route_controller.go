@@ -26,8 +26,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/shared/aibrix"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/shared/aibrix"
 )
 
 // Read-only on the workloads that carry model names (the optional kinds' groups included);
@@ -40,10 +40,10 @@ import (
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes;referencegrants,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=modelplane-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=loraplane-system
 // Leader election records an event on its Lease: the namespaced install (no cluster-wide
 // events rule) needs it here.
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=modelplane-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=loraplane-system
 // AIBrix's controller-manager Lease, read to refuse a take-over while AIBrix runs (package
 // aibrix): get, and only that Lease.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get,resourceNames=aibrix-controller-manager

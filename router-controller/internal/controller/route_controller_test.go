@@ -23,11 +23,11 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/controller"
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/router-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 const (
@@ -97,8 +97,8 @@ func TestRouteFollowsWorkload(t *testing.T) {
 	waitRoute(t, gw, renamed, wantBackends(fmt.Sprintf("0:%s/%s:8000", ns, renamed)))
 	waitGrant(t, gw, ns, renamed)
 
-	if v, ok := gaugeValue(t, "modelplane_routes", map[string]string{"state": "managed"}); !ok || v < 1 {
-		t.Errorf("modelplane_routes{state=managed} = %v (present %v), want >= 1", v, ok)
+	if v, ok := gaugeValue(t, "loraplane_routes", map[string]string{"state": "managed"}); !ok || v < 1 {
+		t.Errorf("loraplane_routes{state=managed} = %v (present %v), want >= 1", v, ok)
 	}
 }
 
@@ -254,14 +254,14 @@ func TestOptionalKinds(t *testing.T) {
 		o.ExtraWorkloadKinds = []string{"leaderworkerset.x-k8s.io/v1/LeaderWorkerSet", widgets}
 	})
 	r.waitOpen(t)
-	if v, ok := gaugeValue(t, "modelplane_cache_resource_skipped",
+	if v, ok := gaugeValue(t, "loraplane_cache_resource_skipped",
 		map[string]string{"controller": setup.ControllerName, "kind": "LeaderWorkerSet"}); !ok || v != 1 {
-		t.Errorf("modelplane_cache_resource_skipped{kind=LeaderWorkerSet} = %v (present %v), want 1", v, ok)
+		t.Errorf("loraplane_cache_resource_skipped{kind=LeaderWorkerSet} = %v (present %v), want 1", v, ok)
 	}
 
 	model := "widget-" + ns
 	w := &unstructured.Unstructured{}
-	w.SetAPIVersion("example.modelplane.io/v1")
+	w.SetAPIVersion("example.loraplane.io/v1")
 	w.SetKind("Widget")
 	w.SetNamespace(ns)
 	w.SetName("w1")
@@ -284,9 +284,9 @@ func TestOptionalKinds(t *testing.T) {
 func installWidgetCRD(t *testing.T) string {
 	t.Helper()
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.modelplane.io"},
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.loraplane.io"},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "example.modelplane.io",
+			Group: "example.loraplane.io",
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
@@ -306,11 +306,11 @@ func installWidgetCRD(t *testing.T) string {
 	}
 	eventually(t, "the Widget API to be served", func() error {
 		l := &unstructured.UnstructuredList{}
-		l.SetAPIVersion("example.modelplane.io/v1")
+		l.SetAPIVersion("example.loraplane.io/v1")
 		l.SetKind("WidgetList")
 		return k8s.List(context.Background(), l)
 	})
-	return "example.modelplane.io/v1/Widget"
+	return "example.loraplane.io/v1/Widget"
 }
 
 func crdScheme() *runtime.Scheme {
@@ -349,8 +349,8 @@ func TestForeignRouteUntouched(t *testing.T) {
 			t.Errorf("RouteConflict event on %s has type %s, want Warning", src, e.Type)
 		}
 	}
-	eventually(t, "modelplane_routes{state=conflict} >= 1", func() error {
-		if v, _ := gaugeValue(t, "modelplane_routes", map[string]string{"state": "conflict"}); v < 1 {
+	eventually(t, "loraplane_routes{state=conflict} >= 1", func() error {
+		if v, _ := gaugeValue(t, "loraplane_routes", map[string]string{"state": "conflict"}); v < 1 {
 			return fmt.Errorf("it is %v", v)
 		}
 		return nil

@@ -11,7 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 // Event reasons, on the source workloads.
@@ -45,10 +45,10 @@ const (
 	// ReferenceGrant) waits because AIBrix's controllers are running (Warning).
 	ReasonAIBrixRunning = "AIBrixRunning"
 	// ReasonAIBrixGrantRemoved: AIBrix's reserved ReferenceGrant of a namespace was deleted,
-	// modelplane's grants admitting every Service routed to there (Normal, on that grant).
+	// loraplane's grants admitting every Service routed to there (Normal, on that grant).
 	ReasonAIBrixGrantRemoved = "AIBrixGrantRemoved"
 	// ReasonAIBrixGrantKept: AIBrix's reserved ReferenceGrant stays because HTTPRoutes that
-	// modelplane does not manage send to Services its grants do not admit (Warning, on
+	// loraplane does not manage send to Services its grants do not admit (Warning, on
 	// that grant).
 	ReasonAIBrixGrantKept = "AIBrixGrantKept"
 )
@@ -112,7 +112,7 @@ func (r *RouteReconciler) observeAcceptance(ctx context.Context, model string, r
 	}
 }
 
-// routeStates is the state of every model with live sources, behind modelplane_routes, and
+// routeStates is the state of every model with live sources, behind loraplane_routes, and
 // what was reported about their acceptance.
 type routeStates struct {
 	mu      sync.Mutex

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/shared/aibrix"
-	"github.com/modelplane/modelplane/shared/objmeta"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	"github.com/loraplane/loraplane/shared/objmeta"
 )
 
 // reconcileModel makes the HTTPRoute of model match the live sources claiming it: created
@@ -156,7 +156,7 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, m *modelRoutes) error 
 	case r.cfg.AdoptAIBrix && routes.IsAIBrixRoute(r.cfg.Routes, m.model, existing):
 		return r.adoptRoute(ctx, m)
 	default:
-		return r.reportConflict(ctx, m, fmt.Sprintf("it is not managed by modelplane (label %s=%s missing)", routes.ManagedByLabel, routes.ManagedByValue))
+		return r.reportConflict(ctx, m, fmt.Sprintf("it is not managed by loraplane (label %s=%s missing)", routes.ManagedByLabel, routes.ManagedByValue))
 	}
 }
 
@@ -241,7 +241,7 @@ func (r *RouteReconciler) reportConflict(ctx context.Context, m *modelRoutes, wh
 	r.states.set(m.model, RouteStateConflict)
 	ctrl.LoggerFrom(ctx).Info("Leaving route untouched: "+why, "route", klog.KObj(existing), "managedBy", existing.Labels[routes.ManagedByLabel])
 	r.eventOnSources(m.live, existing, corev1.EventTypeWarning, ReasonRouteConflict, ActionSkip,
-		"HTTPRoute %s/%s exists but %s; model %q is not routed by modelplane until it is removed",
+		"HTTPRoute %s/%s exists but %s; model %q is not routed by loraplane until it is removed",
 		existing.Namespace, existing.Name, why, m.model)
 	return r.applyLegacy(ctx, m)
 }
@@ -285,7 +285,7 @@ func (r *RouteReconciler) retireLegacyRoute(ctx context.Context, m *modelRoutes)
 		return fmt.Errorf("deleting HTTPRoute %s: %w", klog.KObj(m.legacy), err)
 	}
 	r.eventOnSources(m.live, m.existing, corev1.EventTypeNormal, ReasonRouteRenamed, ActionUpdate,
-		"HTTPRoute %s/%s of model %q replaced %s/%s, its name in earlier modelplane releases",
+		"HTTPRoute %s/%s of model %q replaced %s/%s, its name in earlier loraplane releases",
 		m.existing.Namespace, m.existing.Name, m.model, m.legacy.Namespace, m.legacy.Name)
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 func desiredRoute(t *testing.T, port int32, paths ...string) *gatewayv1.HTTPRoute {
@@ -257,10 +257,10 @@ func TestRouteStatesMetric(t *testing.T) {
 	for i, st := range steps {
 		st.do()
 		if got := testutil.ToFloat64(Routes.WithLabelValues(string(RouteStateManaged))); got != st.wantManaged {
-			t.Errorf("step %d: modelplane_routes{state=managed} = %v, want %v", i, got, st.wantManaged)
+			t.Errorf("step %d: loraplane_routes{state=managed} = %v, want %v", i, got, st.wantManaged)
 		}
 		if got := testutil.ToFloat64(Routes.WithLabelValues(string(RouteStateConflict))); got != st.wantConfl {
-			t.Errorf("step %d: modelplane_routes{state=conflict} = %v, want %v", i, got, st.wantConfl)
+			t.Errorf("step %d: loraplane_routes{state=conflict} = %v, want %v", i, got, st.wantConfl)
 		}
 	}
 }
@@ -268,7 +268,7 @@ func TestRouteStatesMetric(t *testing.T) {
 func TestMetricsHelp(t *testing.T) {
 	Register()
 	Register() // idempotent
-	for _, name := range []string{"modelplane_routes", "modelplane_route_reconcile_errors_total"} {
+	for _, name := range []string{"loraplane_routes", "loraplane_route_reconcile_errors_total"} {
 		n, err := testutil.GatherAndCount(crmetrics.Registry, name)
 		if err != nil || n == 0 {
 			t.Errorf("%s: %d series, err %v; want it registered on controller-runtime's registry", name, n, err)

@@ -25,10 +25,10 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/router-controller/internal/setup"
-	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/setup"
+	"github.com/loraplane/loraplane/shared/app"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 var (

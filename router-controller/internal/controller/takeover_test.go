@@ -16,9 +16,9 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/shared/aibrix"
-	"github.com/modelplane/modelplane/test/aibrixfixture"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	"github.com/loraplane/loraplane/test/aibrixfixture"
 )
 
 // The unit tests of the switch-over from AIBrix, on a fake client: one reconcile each, its

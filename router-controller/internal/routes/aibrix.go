@@ -26,7 +26,7 @@ const AIBrixConsoleManagedBy = "aibrix-console"
 
 // IsAIBrixRoute reports whether route is the route AIBrix's model router made for model, in
 // the shape it writes: in the gateway namespace under RouteName(model), not managed by
-// modelplane nor by anything but AIBrix (no owner, managed-by absent or AIBrix Console's),
+// loraplane nor by anything but AIBrix (no owner, managed-by absent or AIBrix Console's),
 // attached only to the configured Gateway, with at least one match, every match requiring
 // the header "model" to equal model exactly. Such a route may be adopted; any other route
 // of that name stays foreign.
@@ -77,7 +77,7 @@ func AIBrixGrantName(gatewayNamespace, namespace string) string {
 
 // IsAIBrixGrant reports whether g is the ReferenceGrant AIBrix's model router made for the
 // routes of the gateway namespace, in the shape it writes: named AIBrixGrantName, not managed
-// by modelplane, no owner, admitting every Service of its namespace (one "to" entry without
+// by loraplane, no owner, admitting every Service of its namespace (one "to" entry without
 // a name) to HTTPRoutes of the gateway namespace (one "from" entry), nothing else.
 func IsAIBrixGrant(cfg Config, g *gatewayv1beta1.ReferenceGrant) bool {
 	if g.Name != AIBrixGrantName(cfg.GatewayNamespace, g.Namespace) || IsManaged(g) || len(g.OwnerReferences) > 0 {

@@ -8,7 +8,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/test/aibrixfixture"
+	"github.com/loraplane/loraplane/test/aibrixfixture"
 )
 
 // aibrixRoute is the route AIBrix's model router makes for model Qwen2.5-7B (its name worked
@@ -46,12 +46,12 @@ func TestIsAIBrixRoute(t *testing.T) {
 		"header type left to its default": {route: base, want: true, mutate: func(r *gatewayv1.HTTPRoute) {
 			r.Spec.Rules[0].Matches[0].Headers[0].Type = nil
 		}},
-		"another model's route":          {route: base, model: "Qwen2.5-7b"},
-		"named by modelplane's old rule": {route: withName(base, "qwen2-5-7b-router-9d7101d4")},
-		"another gateway namespace":      {route: withGateway(base, "gateways", "aibrix-eg")},
-		"another Gateway":                {route: withGateway(base, "aibrix-system", "internal")},
-		"ours":                           {route: base, mutate: setLabel(ManagedByLabel, ManagedByValue)},
-		"managed by a GitOps tool":       {route: base, mutate: setLabel(ManagedByLabel, "argocd")},
+		"another model's route":         {route: base, model: "Qwen2.5-7b"},
+		"named by loraplane's old rule": {route: withName(base, "qwen2-5-7b-router-9d7101d4")},
+		"another gateway namespace":     {route: withGateway(base, "gateways", "aibrix-eg")},
+		"another Gateway":               {route: withGateway(base, "aibrix-system", "internal")},
+		"ours":                          {route: base, mutate: setLabel(ManagedByLabel, ManagedByValue)},
+		"managed by a GitOps tool":      {route: base, mutate: setLabel(ManagedByLabel, "argocd")},
 		"owned by another object": {route: base, mutate: func(r *gatewayv1.HTTPRoute) {
 			r.OwnerReferences = []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Thing", Name: "x", UID: "u"}}
 		}},

@@ -39,18 +39,18 @@ const (
 	// (or with another value) are never modified.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// ManagedByValue is the value of ManagedByLabel on owned objects.
-	ManagedByValue = "modelplane-router-controller"
+	ManagedByValue = "loraplane-router-controller"
 	// ModelHashLabel carries ModelHash(model) on a route, so routes can be listed by model
 	// even though model names are not valid label values in general.
-	ModelHashLabel = "modelplane.io/model-hash"
+	ModelHashLabel = "loraplane.io/model-hash"
 	// GatewayNamespaceLabel on a ReferenceGrant names the gateway namespace it admits routes
 	// from, so controllers for different gateway namespaces never touch each other's grants.
-	GatewayNamespaceLabel = "modelplane.io/gateway-namespace"
+	GatewayNamespaceLabel = "loraplane.io/gateway-namespace"
 	// ModelAnnotation carries the exact model name of a route.
-	ModelAnnotation = "modelplane.io/model"
+	ModelAnnotation = "loraplane.io/model"
 	// SourcesAnnotation lists the sources of a route as sorted, comma-separated
 	// kind/namespace/name.
-	SourcesAnnotation = "modelplane.io/sources"
+	SourcesAnnotation = "loraplane.io/sources"
 )
 
 // Config holds what BuildRoute and AssignReferenceGrants need beyond the sources.

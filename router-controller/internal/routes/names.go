@@ -25,7 +25,7 @@ const (
 	// modelHashLen is the length of ModelHash, well under the 63-character label value limit.
 	modelHashLen = 32
 	// referenceGrantPrefix starts every ReferenceGrant name.
-	referenceGrantPrefix = "modelplane-router-"
+	referenceGrantPrefix = "loraplane-router-"
 )
 
 // RouteName returns the name of the HTTPRoute of a model.
@@ -58,7 +58,7 @@ func RouteName(model string) string {
 	return base + "-" + hashHex(model, routeHashLen) + routeSuffix
 }
 
-// LegacyRouteName is the route name earlier modelplane releases gave a model:
+// LegacyRouteName is the route name earlier loraplane releases gave a model:
 // "<model>-router" when that is a DNS-1123 label, else "<normalised, cut to 47>-router-<first
 // 8 hex digits of sha256(model)>" ("router-<h>" when nothing survives normalisation). Routes
 // of ours under a legacy name that differs from RouteName are replaced: the reconciler
@@ -82,7 +82,7 @@ func ModelHash(model string) string {
 }
 
 // ReferenceGrantName returns the name of the index'th (0-based) ReferenceGrant that admits
-// routes from gatewayNamespace: "modelplane-router-<gatewayNamespace>" for the first, then
+// routes from gatewayNamespace: "loraplane-router-<gatewayNamespace>" for the first, then
 // "-2", "-3", … appended. A namespace label is at most 63 characters, so the name is always
 // a valid DNS-1123 subdomain without hashing.
 func ReferenceGrantName(gatewayNamespace string, index int) string {

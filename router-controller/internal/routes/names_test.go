@@ -132,10 +132,10 @@ func TestReferenceGrantName(t *testing.T) {
 		index int
 		want  string
 	}{
-		"first":       {ns: "aibrix-system", index: 0, want: "modelplane-router-aibrix-system"},
-		"second":      {ns: "aibrix-system", index: 1, want: "modelplane-router-aibrix-system-2"},
-		"longest ns":  {ns: longNS, index: 11, want: "modelplane-router-" + longNS + "-12"},
-		"single char": {ns: "a", index: 0, want: "modelplane-router-a"},
+		"first":       {ns: "aibrix-system", index: 0, want: "loraplane-router-aibrix-system"},
+		"second":      {ns: "aibrix-system", index: 1, want: "loraplane-router-aibrix-system-2"},
+		"longest ns":  {ns: longNS, index: 11, want: "loraplane-router-" + longNS + "-12"},
+		"single char": {ns: "a", index: 0, want: "loraplane-router-a"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

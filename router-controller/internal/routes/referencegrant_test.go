@@ -30,8 +30,8 @@ func wantGrant(name string, services ...string) *gatewayv1beta1.ReferenceGrant {
 			Name:      name,
 			Namespace: "team-a",
 			Labels: map[string]string{
-				"app.kubernetes.io/managed-by":    "modelplane-router-controller",
-				"modelplane.io/gateway-namespace": "aibrix-system",
+				"app.kubernetes.io/managed-by":   "loraplane-router-controller",
+				"loraplane.io/gateway-namespace": "aibrix-system",
 			},
 		},
 		Spec: gatewayv1beta1.ReferenceGrantSpec{
@@ -55,23 +55,23 @@ func TestAssignReferenceGrantsFresh(t *testing.T) {
 	}{
 		"sorted and deduplicated": {
 			namespace: "team-a", services: []string{"llama", "adapter", "llama"},
-			want: []*gatewayv1beta1.ReferenceGrant{wantGrant("modelplane-router-aibrix-system", "adapter", "llama")},
+			want: []*gatewayv1beta1.ReferenceGrant{wantGrant("loraplane-router-aibrix-system", "adapter", "llama")},
 		},
 		"gateway namespace needs none": {namespace: "aibrix-system", services: []string{"llama"}},
 		"no services needs none":       {namespace: "team-a"},
 		"exactly 16": {
 			namespace: "team-a", services: seventeen[1:],
-			want: []*gatewayv1beta1.ReferenceGrant{wantGrant("modelplane-router-aibrix-system",
+			want: []*gatewayv1beta1.ReferenceGrant{wantGrant("loraplane-router-aibrix-system",
 				"svc-00", "svc-01", "svc-02", "svc-03", "svc-04", "svc-05", "svc-06", "svc-07",
 				"svc-08", "svc-09", "svc-10", "svc-11", "svc-12", "svc-13", "svc-14", "svc-15")},
 		},
 		"17 services split": {
 			namespace: "team-a", services: seventeen,
 			want: []*gatewayv1beta1.ReferenceGrant{
-				wantGrant("modelplane-router-aibrix-system",
+				wantGrant("loraplane-router-aibrix-system",
 					"svc-00", "svc-01", "svc-02", "svc-03", "svc-04", "svc-05", "svc-06", "svc-07",
 					"svc-08", "svc-09", "svc-10", "svc-11", "svc-12", "svc-13", "svc-14", "svc-15"),
-				wantGrant("modelplane-router-aibrix-system-2", "svc-16"),
+				wantGrant("loraplane-router-aibrix-system-2", "svc-16"),
 			},
 		},
 		"invalid service":   {namespace: "team-a", services: []string{"Llama"}, wantErr: `service "Llama" in namespace "team-a" is invalid`},
@@ -140,9 +140,9 @@ func grantWrites(current, got []*gatewayv1beta1.ReferenceGrant) (creates, update
 
 func TestAssignReferenceGrants(t *testing.T) {
 	const (
-		first  = "modelplane-router-aibrix-system"
-		second = "modelplane-router-aibrix-system-2"
-		third  = "modelplane-router-aibrix-system-3"
+		first  = "loraplane-router-aibrix-system"
+		second = "loraplane-router-aibrix-system-2"
+		third  = "loraplane-router-aibrix-system-3"
 	)
 	evens := svcs("svc", 32, 2) // 16 Services: a full grant
 	type writes struct{ creates, updates, deletes int }
@@ -231,10 +231,10 @@ func TestAssignReferenceGrants(t *testing.T) {
 		"grants taken in index order, not lexical order": {
 			services: []string{"a", "b"},
 			current: []*gatewayv1beta1.ReferenceGrant{
-				wantGrant("modelplane-router-aibrix-system-10", "a"), wantGrant(second, "x"),
+				wantGrant("loraplane-router-aibrix-system-10", "a"), wantGrant(second, "x"),
 			},
 			want: []*gatewayv1beta1.ReferenceGrant{
-				wantGrant(second, "b"), wantGrant("modelplane-router-aibrix-system-10", "a"),
+				wantGrant(second, "b"), wantGrant("loraplane-router-aibrix-system-10", "a"),
 			},
 			writes: writes{updates: 1},
 		},
@@ -290,7 +290,7 @@ func reversed[T any](s []T) []T {
 // changes k Services writing at most k grants.
 func TestAssignReferenceGrantsRandomChurn(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	reserved := []string{"modelplane-router-aibrix-system-3"}
+	reserved := []string{"loraplane-router-aibrix-system-3"}
 	want := map[string]bool{}
 	var current []*gatewayv1beta1.ReferenceGrant
 	for round := range 300 {

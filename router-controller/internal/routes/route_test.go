@@ -72,12 +72,12 @@ func TestBuildRoute(t *testing.T) {
 			Name:      "llama-3-ba8433563e17-router",
 			Namespace: "aibrix-system",
 			Labels: map[string]string{
-				"app.kubernetes.io/managed-by": "modelplane-router-controller",
-				"modelplane.io/model-hash":     ModelHash("Llama-3"),
+				"app.kubernetes.io/managed-by": "loraplane-router-controller",
+				"loraplane.io/model-hash":      ModelHash("Llama-3"),
 			},
 			Annotations: map[string]string{
-				"modelplane.io/model":   "Llama-3",
-				"modelplane.io/sources": "Deployment/team-a/llama,ModelAdapter/aibrix-system/llama-lora,StatefulSet/team-b/llama-sts",
+				"loraplane.io/model":   "Llama-3",
+				"loraplane.io/sources": "Deployment/team-a/llama,ModelAdapter/aibrix-system/llama-lora,StatefulSet/team-b/llama-sts",
 			},
 		},
 		Spec: gatewayv1.HTTPRouteSpec{

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	modelv1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	modelv1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // KindModelAdapter is the Source kind of ModelAdapters, which route to their own Service.

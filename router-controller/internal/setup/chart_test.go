@@ -5,17 +5,17 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/modelplane/modelplane/router-controller/internal/setup"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/router-controller/internal/setup"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
-// TestChartValuesNameEveryFlag: the Helm chart's routerController.flags (deploy/chart/modelplane/
+// TestChartValuesNameEveryFlag: the Helm chart's routerController.flags (deploy/chart/loraplane/
 // values.yaml) names only flags the binary has, and every flag it has except those the chart
 // sets from other values and klog's output plumbing; a new flag must be added to the chart.
 func TestChartValuesNameEveryFlag(t *testing.T) {
 	fs := flag.NewFlagSet("router-controller", flag.ContinueOnError)
 	setup.NewOptions().AddFlags(fs)
-	testenv.ChartFlags(t, filepath.Join("..", "..", "..", "deploy", "chart", "modelplane", "values.yaml"), "routerController", "router-controller", fs,
+	testenv.ChartFlags(t, filepath.Join("..", "..", "..", "deploy", "chart", "loraplane", "values.yaml"), "routerController", "router-controller", fs,
 		map[string]string{
 			"kubeconfig":                "in-cluster configuration",
 			"metrics-bind-address":      "routerController.metricsPort",

@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/router-controller/internal/setup"
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/setup"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // TestChartNamespacedRBAC: the Helm chart's namespaced install (watchNamespaces) gives the
@@ -67,7 +67,7 @@ func TestChartNamespacedRBAC(t *testing.T) {
 	gw, src, other := newNS("gw"), newNS("src"), newNS("other")
 
 	rendered := filepath.Join(t.TempDir(), "controllers.yaml")
-	out, err := exec.CommandContext(ctx, helm, "template", "modelplane", filepath.Join(root, "deploy", "chart", "modelplane"),
+	out, err := exec.CommandContext(ctx, helm, "template", "loraplane", filepath.Join(root, "deploy", "chart", "loraplane"),
 		"--namespace", systemNamespace, "--show-only", "templates/controllers.yaml",
 		"--set", "adapterController.enabled=false", "--set", "watchNamespaces={"+src+"}",
 		"--set", "routerController.flags.gateway-namespace="+gw).Output()

@@ -21,11 +21,11 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/modelplane/modelplane/router-controller/internal/controller"
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
-	"github.com/modelplane/modelplane/shared/aibrix"
-	"github.com/modelplane/modelplane/shared/app"
-	"github.com/modelplane/modelplane/shared/syncgate"
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/shared/aibrix"
+	"github.com/loraplane/loraplane/shared/app"
+	"github.com/loraplane/loraplane/shared/syncgate"
 )
 
 // ControllerName names the binary in logs, metrics and its leader election lease.
@@ -101,7 +101,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"How long the ReferenceGrants of a namespace wait after a route change, so that the routes written meanwhile cost one grant write (0: no wait).")
 	fs.BoolVar(&o.AdoptAIBrix, "adopt-aibrix-objects", o.AdoptAIBrix,
 		"Take over what AIBrix's model router made: adopt the HTTPRoute of a model in AIBrix's shape (named as AIBrix names it, attached to --gateway-name, "+
-			"every match requiring the model header), and delete AIBrix's reserved ReferenceGrant of a namespace once modelplane's grants admit every Service routed to there. "+
+			"every match requiring the model header), and delete AIBrix's reserved ReferenceGrant of a namespace once loraplane's grants admit every Service routed to there. "+
 			"False: such objects are foreign like any other (a RouteConflict).")
 }
 

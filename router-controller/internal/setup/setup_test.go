@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/modelplane/modelplane/router-controller/internal/controller"
-	"github.com/modelplane/modelplane/router-controller/internal/routes"
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
+	"github.com/loraplane/loraplane/router-controller/internal/routes"
 )
 
 func parse(t *testing.T, args ...string) *Options {

@@ -22,12 +22,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 const (
-	apiKeyAnnotation = "fake-engine.modelplane.dev/api-key"
+	apiKeyAnnotation = "fake-engine.loraplane.dev/api-key"
 	keySecret        = "engine-key"
 	maxModelsPerNS   = 3
 	maxAdaptersPer   = 3
@@ -172,7 +172,7 @@ func deployment(m *model, key string) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann},
 				Spec: corev1.PodSpec{
 					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-					Containers:  []corev1.Container{{Name: "engine", Image: "ghcr.io/modelplane/fake-engine:soak", Ports: []corev1.ContainerPort{{ContainerPort: 8000}}}},
+					Containers:  []corev1.Container{{Name: "engine", Image: "ghcr.io/loraplane/fake-engine:soak", Ports: []corev1.ContainerPort{{ContainerPort: 8000}}}},
 				},
 			},
 		},
@@ -538,7 +538,7 @@ func (d *driver) proxyKubeconfig(controller string) (string, error) {
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: slow-proxy, cluster: {server: %q}}]
-users: [{name: %[2]s, user: {as: "system:serviceaccount:modelplane-system:%[2]s"}}]
+users: [{name: %[2]s, user: {as: "system:serviceaccount:loraplane-system:%[2]s"}}]
 contexts: [{name: slow-proxy, context: {cluster: slow-proxy, user: %[2]s}}]
 current-context: slow-proxy
 `, d.proxy.URL, controller)

@@ -1,4 +1,4 @@
-// Command soak is modelplane's chaos soak (make soak). On the local kwok cluster of
+// Command soak is loraplane's chaos soak (make soak). On the local kwok cluster of
 // hack/stack.sh — both controllers as host processes impersonating their ServiceAccounts, a
 // standby replica of each, the fake engine serving the pods — a seeded driver keeps changing
 // models and ModelAdapters across a few namespaces while it injects overlapping faults:
@@ -42,8 +42,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
-	"github.com/modelplane/modelplane/test/testenv"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 type options struct {

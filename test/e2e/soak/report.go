@@ -101,7 +101,7 @@ func (r *report) write(dir string) error {
 
 func (r *report) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# modelplane soak\n\nSeed **%d** (replay: `make soak SOAK_SEED=%d SOAK_DURATION=%s`), %s requested, ran %s: %d steps in %d namespaces.\n\n",
+	fmt.Fprintf(&b, "# loraplane soak\n\nSeed **%d** (replay: `make soak SOAK_SEED=%d SOAK_DURATION=%s`), %s requested, ran %s: %d steps in %d namespaces.\n\n",
 		r.Seed, r.Seed, r.Requested, r.Requested, r.Duration, r.Steps, r.Namespaces)
 	fmt.Fprintf(&b, "**Invariant violations: %d**\n\n", len(r.Violations))
 	b.WriteString("| operation | count |\n|---|---:|\n")

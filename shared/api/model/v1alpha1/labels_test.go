@@ -3,7 +3,7 @@ package v1alpha1_test
 import (
 	"testing"
 
-	v1alpha1 "github.com/modelplane/modelplane/shared/api/model/v1alpha1"
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 func TestEnginePort(t *testing.T) {

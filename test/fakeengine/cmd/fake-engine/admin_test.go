@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // adminFixture runs two engines (ns/a vLLM on 127.0.19.60, ns/b SGLang with the sidecar on

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // podAdmin serves, like `fake-engine --serve-pod --pod-admin-address`, one engine for pod

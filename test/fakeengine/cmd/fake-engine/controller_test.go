@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // noWatchList tells the reflector to list then watch, as a fake client does.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // Pod labels and names that shape an engine.
@@ -26,11 +26,11 @@ const (
 	runtimeContainer = "aibrix-runtime"
 	// annotationAPIKey on a pod overrides --api-key for that pod's engine (tests of API
 	// key handling next to engines without a key).
-	annotationAPIKey = "fake-engine.modelplane.dev/api-key"
+	annotationAPIKey = "fake-engine.loraplane.dev/api-key"
 	// annotationPreload on a pod lists the adapters its engine holds from the start, as
 	// "name=path,name=path" (vLLM's --lora-modules): the engines of a fleet another
 	// controller loaded before (the switch-over tests).
-	annotationPreload = "fake-engine.modelplane.dev/preload"
+	annotationPreload = "fake-engine.loraplane.dev/preload"
 	defaultPort       = 8000
 )
 

@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 func TestSpecFor(t *testing.T) {
@@ -40,7 +40,7 @@ func TestSpecFor(t *testing.T) {
 		{name: "preload annotation", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationPreload: "a=org/a, b=/models/b"} }),
 			want: with(func(s *engineSpec) { s.Preload = "a=org/a, b=/models/b" }), ok: true},
 		{name: "malformed preload annotation", pod: pod("p", "127.0.19.1", func(p *corev1.Pod) { p.Annotations = map[string]string{annotationPreload: "a=org/a,b"} }),
-			wantErr: `annotation fake-engine.modelplane.dev/preload: "b" is not name=path`},
+			wantErr: `annotation fake-engine.loraplane.dev/preload: "b" is not name=path`},
 		{name: "pending", pod: pod("p", "127.0.19.1", withPhase(corev1.PodPending))},
 		{name: "succeeded", pod: pod("p", "127.0.19.1", withPhase(corev1.PodSucceeded))},
 		{name: "no IP yet", pod: pod("p", "")},

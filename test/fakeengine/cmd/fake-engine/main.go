@@ -44,7 +44,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 type options struct {
@@ -219,7 +219,7 @@ func restConfig(path string) (*rest.Config, error) {
 			if err != nil {
 				return nil, err
 			}
-			cfg.UserAgent = "modelplane-fake-engine"
+			cfg.UserAgent = "loraplane-fake-engine"
 			return cfg, nil
 		}
 		if env == "" {
@@ -231,7 +231,7 @@ func restConfig(path string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "modelplane-fake-engine"
+	cfg.UserAgent = "loraplane-fake-engine"
 	return cfg, nil
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/modelplane/modelplane/test/fakeengine"
+	"github.com/loraplane/loraplane/test/fakeengine"
 )
 
 // servePod serves one engine for the pod this process runs in (the fake engine image on

@@ -2,7 +2,7 @@
 Helm's own labels, on the top-level metadata of every object. test/chart ignores exactly
 these when it compares the chart with deploy/default.
 */}}
-{{- define "modelplane.helmLabels" -}}
+{{- define "loraplane.helmLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -10,14 +10,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 
 {{/* Labels of a controller's objects: (dict "root" $ "name" "adapter-controller"). */}}
-{{- define "modelplane.labels" -}}
+{{- define "loraplane.labels" -}}
 app.kubernetes.io/name: {{ .name }}
-app.kubernetes.io/part-of: modelplane
-{{ include "modelplane.helmLabels" .root }}
+app.kubernetes.io/part-of: loraplane
+{{ include "loraplane.helmLabels" .root }}
 {{- end }}
 
 {{/* The controllers this release installs: name → values, in a stable order. */}}
-{{- define "modelplane.controllers" -}}
+{{- define "loraplane.controllers" -}}
 {{- $out := list -}}
 {{- if .Values.adapterController.enabled }}{{ $out = append $out (dict "name" "adapter-controller" "values" .Values.adapterController) }}{{ end -}}
 {{- if .Values.routerController.enabled }}{{ $out = append $out (dict "name" "router-controller" "values" .Values.routerController) }}{{ end -}}
@@ -25,7 +25,7 @@ app.kubernetes.io/part-of: modelplane
 {{- end }}
 
 {{/* The image of a controller: (dict "root" $ "name" ... "values" ...). */}}
-{{- define "modelplane.image" -}}
+{{- define "loraplane.image" -}}
 {{- $repo := .values.image.repository | default (printf "%s/%s" .root.Values.image.registry .name) -}}
 {{- $tag := .values.image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
 {{- printf "%s:%s" $repo $tag -}}
@@ -36,7 +36,7 @@ The arguments of a controller: its flags map plus the ports and --watch-namespac
 --name=value in name order (true: --name; null or "": left out; a list: joined with commas),
 then extraArgs.
 */}}
-{{- define "modelplane.args" -}}
+{{- define "loraplane.args" -}}
 {{- $flags := dict -}}
 {{- range $k, $v := .values.flags }}{{ $_ := set $flags $k $v }}{{ end -}}
 {{- $_ := set $flags "metrics-bind-address" (printf ":%v" .values.metricsPort) -}}
@@ -70,7 +70,7 @@ The generated rules (files/<name>-role.yaml, copied from deploy/<name>/rbac by
 live in AIBrix's namespace, which a namespaced install does not watch), "namespaced" the
 others.
 */}}
-{{- define "modelplane.rules" -}}
+{{- define "loraplane.rules" -}}
 {{- $rules := list -}}
 {{- range $doc := splitList "---\n" ($.root.Files.Get (printf "files/%s-role.yaml" $.name)) }}
 {{- $o := fromYaml $doc }}
@@ -87,13 +87,13 @@ others.
 {{- end }}
 
 {{/* The router's gateway namespace. */}}
-{{- define "modelplane.gatewayNamespace" -}}
+{{- define "loraplane.gatewayNamespace" -}}
 {{- index .Values.routerController.flags "gateway-namespace" | default "aibrix-system" -}}
 {{- end }}
 
 {{/* Namespaces a controller needs a Role in, for a namespaced install. */}}
-{{- define "modelplane.roleNamespaces" -}}
+{{- define "loraplane.roleNamespaces" -}}
 {{- $ns := .root.Values.watchNamespaces -}}
-{{- if eq .name "router-controller" }}{{ $ns = append $ns (include "modelplane.gatewayNamespace" .root) }}{{ end -}}
+{{- if eq .name "router-controller" }}{{ $ns = append $ns (include "loraplane.gatewayNamespace" .root) }}{{ end -}}
 {{- toJson (uniq $ns) -}}
 {{- end }}

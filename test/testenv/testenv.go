@@ -25,6 +25,16 @@ type Env struct {
 // Start starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS (set by the Makefile to
 // bin/) with the ModelAdapter CRD from deploy/crds and the CRDs in extraCRDDirs installed.
 func Start(extraCRDDirs ...string) (*Env, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	return StartWithCRDs(append([]string{filepath.Join(root, "deploy", "crds")}, extraCRDDirs...)...)
+}
+
+// StartWithCRDs starts the environment of Start with exactly the CRDs in crdDirs installed
+// (e.g. AIBrix's ModelAdapter CRD in place of loraplane's: AIBrixCRDDir).
+func StartWithCRDs(crdDirs ...string) (*Env, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run the tests with `make test` (it builds kube-apiserver and etcd into bin/), or use -short to skip integration tests")
@@ -39,7 +49,7 @@ func Start(extraCRDDirs ...string) (*Env, error) {
 		return nil, err
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     append([]string{filepath.Join(root, "deploy", "crds")}, extraCRDDirs...),
+		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
@@ -58,6 +68,15 @@ func Start(extraCRDDirs ...string) (*Env, error) {
 // so it may be repeated).
 func (e *Env) Apply(path string) error {
 	return e.ApplyInNamespace(context.Background(), path, "")
+}
+
+// AIBrixCRDDir is the directory of AIBrix's own ModelAdapter CRD (test/aibrixfixture/crd).
+func AIBrixCRDDir() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "test", "aibrixfixture", "crd"), nil
 }
 
 // TestAddress is the address the test clusters' admission policy stores for a loopback pod

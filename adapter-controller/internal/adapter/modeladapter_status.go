@@ -18,6 +18,7 @@ import (
 
 	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/text"
 )
 
 // Condition and event reasons.
@@ -201,6 +202,9 @@ func failReason(p *pass) string {
 	return best
 }
 
+// maxFailureMessage bounds the failure message in the Ready condition.
+const maxFailureMessage = 2048
+
 // failureMessage lists the failing pods with the engine's message, bounded in size.
 func failureMessage(p *pass) string {
 	type f struct {
@@ -223,11 +227,7 @@ func failureMessage(p *pass) string {
 		}
 		fmt.Fprintf(&b, "pod %s (%d attempts): %v", e.pod, e.failures, e.err)
 	}
-	msg := b.String()
-	if len(msg) > 2048 {
-		msg = msg[:2048]
-	}
-	return msg
+	return text.Truncate(b.String(), maxFailureMessage)
 }
 
 // writeStatus writes the status once, only when it changed. The write is guarded by the
@@ -236,11 +236,14 @@ func failureMessage(p *pass) string {
 // must not replace a newer one; a conflict retries the reconcile.
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 	st := computeStatus(p)
-	if equality.Semantic.DeepEqual(st, p.adapter.Status) {
+	key := client.ObjectKeyFromObject(p.adapter)
+	if equality.Semantic.DeepEqual(st, p.adapter.Status) || r.superseded.storedAs(key, &st, p.adapter.ResourceVersion) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(p.adapter.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	storedArtifacts := len(p.adapter.Status.InstanceArtifacts) > 0
 	p.adapter.Status = st
+	sent := st.DeepCopy() // the answer is decoded into p.adapter, whose slices st shares
 	old := p.adapter.ResourceVersion
 	if err := r.client.Status().Patch(ctx, p.adapter, patch); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -248,8 +251,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 		}
 		return fmt.Errorf("writing status: %w", err)
 	}
-	r.superseded.wrote(client.ObjectKeyFromObject(p.adapter), old)
-	if len(st.InstanceArtifacts) > 0 && len(p.adapter.Status.InstanceArtifacts) == 0 {
+	unchanged := p.adapter.ResourceVersion == old
+	r.superseded.wrote(key, old, p.adapter.ResourceVersion)
+	r.superseded.wroteStatus(key, sent, p.adapter.ResourceVersion, unchanged)
+	if len(sent.InstanceArtifacts) > 0 && ((unchanged && !storedArtifacts) || len(p.adapter.Status.InstanceArtifacts) == 0) {
 		r.reportPrunedStatus(ctx, p.adapter)
 	}
 	return nil

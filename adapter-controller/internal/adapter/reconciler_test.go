@@ -647,3 +647,36 @@ func TestOwnWriteNotYetCachedSkipped(t *testing.T) {
 		t.Errorf("after a spec change: desired %d, want 1", cur.Status.DesiredReplicas)
 	}
 }
+
+// TestNoOpStatusWriteDoesNotFreeze: the API server answers a status write that changes
+// nothing (AIBrix's CRD prunes the fields that differed; a message normalised by the server)
+// with the same resourceVersion, and no watch event follows. The version the write "replaced"
+// is then the current one: a reconcile reading it must still run. (Before: the adapter was
+// never reconciled again — a pod added later never got the adapter.)
+func TestNoOpStatusWriteDoesNotFreeze(t *testing.T) {
+	eng := newFakeEngine()
+	funcs := interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			// The server kept nothing of the write: it answers with the stored object.
+			return c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		},
+	}
+	objs := append(readyPods(3), testAdapter())
+	pods, third := objs[:2], objs[2]
+	r, c, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), funcs, append(pods, objs[3])...)
+	if _, err := reconcileAdapter(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := eng.holds("127.0.50.1"); !slices.Contains(got, "lora") {
+		t.Fatalf("p0's engine holds %v after the first pass", got)
+	}
+	if err := c.Create(t.Context(), third); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reconcileAdapter(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := eng.holds("127.0.50.3"); !slices.Contains(got, "lora") {
+		t.Errorf("the pod added after a status write that changed nothing holds %v, want the adapter (the adapter froze)", got)
+	}
+}

@@ -156,7 +156,7 @@ func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[strin
 	if err := r.client.Patch(ctx, a, patch); err != nil {
 		return err
 	}
-	r.superseded.wrote(client.ObjectKeyFromObject(a), old)
+	r.superseded.wrote(client.ObjectKeyFromObject(a), old, a.ResourceVersion)
 	p.scheduled = pods
 	return nil
 }

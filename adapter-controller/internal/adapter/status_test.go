@@ -2,8 +2,11 @@ package adapter
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,5 +70,22 @@ func TestPrunedStatusReported(t *testing.T) {
 	}
 	if len(outdated) != 1 || !strings.HasPrefix(outdated[0], "Warning CRDOutdated") {
 		t.Fatalf("CRDOutdated events %q, want one Warning", outdated)
+	}
+}
+
+// TestFailureMessageIsValidUTF8: the message is cut on a character boundary. (Before: cut at
+// byte 2048, possibly inside a character; the API server stores the normalised text, so the
+// status computed next differed from the stored one on every pass.)
+func TestFailureMessageIsValidUTF8(t *testing.T) {
+	p := newPass(testAdapter())
+	for i := range 3 {
+		p.failures[fmt.Sprintf("p%d", i)] = podError{err: errors.New("xy" + strings.Repeat("é", 2000)), failures: 1}
+	}
+	msg := failureMessage(p)
+	if !utf8.ValidString(msg) {
+		t.Errorf("failure message of %d bytes is not valid UTF-8: ...%q", len(msg), msg[len(msg)-8:])
+	}
+	if len(msg) > maxFailureMessage+len("…") {
+		t.Errorf("failure message of %d bytes, want at most %d", len(msg), maxFailureMessage+len("…"))
 	}
 }

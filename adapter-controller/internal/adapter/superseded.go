@@ -6,7 +6,10 @@ import (
 	"slices"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // supersededVersions remembers, per adapter, the resourceVersions this process replaced by
@@ -19,19 +22,33 @@ import (
 type supersededVersions struct {
 	mu       sync.Mutex
 	versions map[types.NamespacedName][]string
+	// normalised: per adapter, the last status written that the API server stored
+	// differently (fields an older CRD prunes, text it normalises), and the version it
+	// stored. Computing that status again from that version changes nothing on the server:
+	// the write is not repeated on every pass.
+	normalised map[types.NamespacedName]normalisedStatus
+}
+
+type normalisedStatus struct {
+	sent    *v1alpha1.ModelAdapterStatus
+	version string
 }
 
 func newSupersededVersions() *supersededVersions {
-	return &supersededVersions{versions: map[types.NamespacedName][]string{}}
+	return &supersededVersions{versions: map[types.NamespacedName][]string{}, normalised: map[types.NamespacedName]normalisedStatus{}}
 }
 
 // maxSuperseded bounds the versions kept per adapter: a pass writes at most three times
 // (record, forget, status).
 const maxSuperseded = 4
 
-// wrote records that a write replaced version old of the adapter.
-func (s *supersededVersions) wrote(key types.NamespacedName, old string) {
-	if old == "" {
+// wrote records that a write replaced version old of the adapter by version new. A write
+// that changed nothing leaves the version as it was (the API server answers it with the same
+// resourceVersion and no watch event follows): old is then the current version, not a
+// superseded one, and is not recorded, or every later reconcile of the adapter would be
+// skipped with nothing left to enqueue it.
+func (s *supersededVersions) wrote(key types.NamespacedName, old, new string) {
+	if old == "" || old == new {
 		return
 	}
 	s.mu.Lock()
@@ -49,9 +66,31 @@ func (s *supersededVersions) stale(key types.NamespacedName, version string) boo
 	return slices.Contains(s.versions[key], version)
 }
 
+// wroteStatus records what a status write sent and whether the server stored it as version
+// without a change (the same resourceVersion as before the write).
+func (s *supersededVersions) wroteStatus(key types.NamespacedName, sent *v1alpha1.ModelAdapterStatus, version string, unchanged bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !unchanged {
+		delete(s.normalised, key)
+		return
+	}
+	s.normalised[key] = normalisedStatus{sent: sent, version: version}
+}
+
+// storedAs reports whether status st was already written and stored as version: the server
+// kept it differently, and writing it again would change nothing.
+func (s *supersededVersions) storedAs(key types.NamespacedName, st *v1alpha1.ModelAdapterStatus, version string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.normalised[key]
+	return ok && n.version == version && equality.Semantic.DeepEqual(n.sent, st)
+}
+
 // forget drops an adapter that is gone.
 func (s *supersededVersions) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.versions, key)
+	delete(s.normalised, key)
 }

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/loraplane/loraplane/shared/text"
 )
 
 // maxMessageBytes bounds engine messages copied into errors (and from there
@@ -113,15 +114,7 @@ func isOpenAIError(body []byte) bool {
 }
 
 func truncate(s string) string {
-	s = strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD"))
-	if len(s) <= maxMessageBytes {
-		return s
-	}
-	cut := maxMessageBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return text.Truncate(strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD")), maxMessageBytes)
 }
 
 // redact removes the API key from text an engine sent back.

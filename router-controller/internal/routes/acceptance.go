@@ -2,11 +2,12 @@ package routes
 
 import (
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/loraplane/loraplane/shared/text"
 )
 
 // Verdict is what the Gateway's status on a route says about it.
@@ -74,10 +75,7 @@ func RouteAcceptance(cfg Config, route *gatewayv1.HTTPRoute) Acceptance {
 				continue
 			}
 			if c.Status != metav1.ConditionTrue {
-				msg := c.Message
-				if len(msg) > maxMessage {
-					msg = strings.ToValidUTF8(msg[:maxMessage], "") + "..."
-				}
+				msg := text.Truncate(c.Message, maxMessage)
 				return Acceptance{Verdict: NotAccepted, Controller: string(ps.ControllerName),
 					Condition: c.Type, Status: c.Status, Reason: c.Reason, Message: msg}
 			}

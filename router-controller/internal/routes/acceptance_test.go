@@ -74,7 +74,7 @@ func TestRouteAcceptance(t *testing.T) {
 			parents: []gatewayv1.RouteParentStatus{parentStatus(ours, ctl, acceptedT,
 				cond(gatewayv1.RouteConditionResolvedRefs, metav1.ConditionFalse, 3, "BackendNotFound", long))},
 			want: Acceptance{Verdict: NotAccepted, Controller: ctl, Condition: "ResolvedRefs", Status: metav1.ConditionFalse,
-				Reason: "BackendNotFound", Message: strings.Repeat("é", maxMessage/2) + "..."}},
+				Reason: "BackendNotFound", Message: strings.Repeat("é", maxMessage/2) + "…"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

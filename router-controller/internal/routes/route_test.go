@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/loraplane/loraplane/shared/text"
 )
 
 func testConfig() Config {
@@ -323,7 +325,7 @@ func TestBuildRouteModelNames(t *testing.T) {
 		"my model", "a:b@c", strings.Repeat("x", 4096),
 	}
 	for _, m := range models {
-		t.Run(truncate(m, 40), func(t *testing.T) {
+		t.Run(text.Truncate(m, 40), func(t *testing.T) {
 			route, err := BuildRoute(testConfig(), m, []Source{src("Deployment", "team-a", "a", m, "svc", 8000)})
 			if err != nil {
 				t.Fatalf("BuildRoute: %v", err)

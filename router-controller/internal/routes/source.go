@@ -6,12 +6,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	modelv1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/text"
 )
 
 // KindModelAdapter is the Source kind of ModelAdapters, which route to their own Service.
@@ -146,7 +146,7 @@ func parseCustomPaths(value string) (paths, problems []string) {
 		}
 		if err := ValidatePath(p); err != nil {
 			problems = append(problems, fmt.Sprintf("Ignoring custom path %q in annotation %s: %v",
-				truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, err))
+				text.Truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, err))
 			continue
 		}
 		seen[p] = true
@@ -209,17 +209,6 @@ func ValidateModelName(model string) error {
 		return errors.New("must be printable US-ASCII, with single spaces or tabs only between other characters")
 	}
 	return nil
-}
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // dedupSorted returns the distinct elements of in, sorted; in is not modified.

@@ -291,8 +291,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // podToAdapters maps a pod to the adapters in its namespace that select it or record it (as
 // an instance or a scheduled pod), so that a pod that stops matching is unloaded.
 func (r *Reconciler) podToAdapters(ctx context.Context, obj client.Object) []reconcile.Request {
-	var list v1alpha1.ModelAdapterList
-	if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+	var list v1alpha1.ModelAdapterList // the cache's objects, read only: no copy per pod event
+	if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 		klog.FromContext(ctx).Error(err, "Listing adapters for a pod event", "pod", klog.KObj(obj))
 		return nil
 	}

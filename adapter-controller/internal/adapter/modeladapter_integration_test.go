@@ -232,29 +232,41 @@ func TestDriftRepair(t *testing.T) {
 // TestPodStopsMatching: a pod whose labels stop matching loses the adapter.
 func TestPodStopsMatching(t *testing.T) {
 	needEnv(t)
-	ctx := ctxFor(t)
-	ns := newNamespace(t)
-	ips := []string{newIP(), newIP()}
-	e0 := engine(t, ips[0], 8000, fakeengine.Options{})
-	e1 := engine(t, ips[1], 8000, fakeengine.Options{})
-	modelPod(t, ns, "s-0", ips[0], modelLabels("s"))
-	p1 := modelPod(t, ns, "s-1", ips[1], modelLabels("s"))
-	a := newAdapter(ns, "stop", "s")
-	if err := k8s.Create(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on 2", running(2))
-	patch := client.MergeFrom(p1.DeepCopy())
-	p1.Labels[v1alpha1.AdapterEnabledLabel] = "false"
-	if err := k8s.Patch(ctx, p1, patch); err != nil {
-		t.Fatal(err)
-	}
-	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on s-0 only", func(a *v1alpha1.ModelAdapter) bool {
-		return running(1)(a) && a.Status.Instances[0] == "s-0"
-	})
-	waitFor(t, 10*time.Second, "the adapter to be unloaded from s-1", func() bool { return len(e1.Loaded()) == 0 })
-	if joined(e0.Loaded()) != "stop" {
-		t.Errorf("s-0 holds %v", e0.Loaded())
+	for name, stop := range map[string]func(*corev1.Pod){
+		"adapter-enabled label false": func(p *corev1.Pod) { p.Labels[v1alpha1.AdapterEnabledLabel] = "false" },
+		// The pod leaves the controller's pod cache (scoped to pods with a model label): it
+		// is still there and still holds the adapter. (Before: treated as gone, never
+		// unloaded, not even when the ModelAdapter was deleted.)
+		"model label removed": func(p *corev1.Pod) { delete(p.Labels, v1alpha1.ModelNameLabel) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			ns := newNamespace(t)
+			ips := []string{newIP(), newIP()}
+			e0 := engine(t, ips[0], 8000, fakeengine.Options{})
+			e1 := engine(t, ips[1], 8000, fakeengine.Options{})
+			modelPod(t, ns, "s-0", ips[0], modelLabels("s"))
+			p1 := modelPod(t, ns, "s-1", ips[1], modelLabels("s"))
+			a := newAdapter(ns, "stop", "s", func(a *v1alpha1.ModelAdapter) {
+				a.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.AdapterEnabledLabel: "true"}}
+			})
+			if err := k8s.Create(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on 2", running(2))
+			patch := client.MergeFrom(p1.DeepCopy())
+			stop(p1)
+			if err := k8s.Patch(ctx, p1, patch); err != nil {
+				t.Fatal(err)
+			}
+			waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on s-0 only", func(a *v1alpha1.ModelAdapter) bool {
+				return running(1)(a) && a.Status.Instances[0] == "s-0"
+			})
+			waitFor(t, 10*time.Second, "the adapter to be unloaded from s-1", func() bool { return len(e1.Loaded()) == 0 })
+			if joined(e0.Loaded()) != "stop" {
+				t.Errorf("s-0 holds %v", e0.Loaded())
+			}
+		})
 	}
 }
 

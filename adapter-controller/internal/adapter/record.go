@@ -77,13 +77,13 @@ func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, sche
 		names[n] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		pod := &corev1.Pod{}
-		if err := r.client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, pod); err != nil {
-			if apierrors.IsNotFound(err) {
-				notHolding = append(notHolding, name)
-				continue
-			}
+		pod, err := r.recordedPod(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name})
+		if err != nil {
 			return nil, nil, fmt.Errorf("reading pod %s: %w", name, err)
+		}
+		if pod == nil {
+			notHolding = append(notHolding, name)
+			continue
 		}
 		switch {
 		case !deleting && !r.loadPossible(pod, a, scheduled):
@@ -93,6 +93,25 @@ func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, sche
 		}
 	}
 	return holding, notHolding, nil
+}
+
+// recordedPod reads a pod the adapter records, nil when it is gone. The pod cache holds only
+// pods with a model label: a pod missing from it may have lost that label and still hold the
+// adapter, so a miss is confirmed by a read from the API server (once: a gone pod leaves the
+// record in this pass).
+func (r *Reconciler) recordedPod(ctx context.Context, key client.ObjectKey) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := r.client.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) {
+		err = r.apiReader.Get(ctx, key, pod)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return pod, nil
 }
 
 // recordPods writes, before any engine call and in one write, the finalizer and the

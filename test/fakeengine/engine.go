@@ -52,6 +52,9 @@ type Options struct {
 	// Preload lists adapters loaded when the engine starts, by name and path, as vLLM's
 	// --lora-modules does.
 	Preload map[string]string
+	// OnUnload, when set, is called with the adapter's name by every unload request (engine
+	// or sidecar), before the unload takes effect: tests check what holds at that moment.
+	OnUnload func(name string)
 	// Name is who answers completions (the pod's name in pod mode; the engine's address if
 	// empty): a test sending requests through a gateway learns which engine served each.
 	Name string

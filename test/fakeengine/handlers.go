@@ -276,6 +276,9 @@ func (e *Engine) load(name, path string, replace, lie bool) bool {
 
 // unload removes an adapter; it reports whether it was loaded.
 func (e *Engine) unload(name string, lie bool) bool {
+	if e.opts.OnUnload != nil {
+		e.opts.OnUnload(name)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.adapters[name]; !ok {

@@ -31,3 +31,26 @@ func CreateReadyPod(ctx context.Context, c client.Client, namespace, name, ip st
 	}
 	return pod, nil
 }
+
+// SetPodReady reports the pod Ready or not, as a kubelet would (the Ready condition's
+// lastTransitionTime set to now when it changes).
+func SetPodReady(ctx context.Context, c client.Client, pod *corev1.Pod, ready bool) error {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		return err
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	conds := []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.PodReady {
+			conds = append(conds, c)
+		}
+	}
+	pod.Status.Conditions = conds
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("reporting pod %s/%s Ready=%s: %w", pod.Namespace, pod.Name, status, err)
+	}
+	return nil
+}

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
@@ -39,8 +41,11 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 	for _, pod := range p.desired {
 		r.planLoad(ctx, p, c, pod)
 	}
-	for _, pod := range p.toUnload {
-		r.planUnload(ctx, p, c, pod)
+	if len(p.toUnload) > 0 {
+		published := r.published(ctx, p.adapter)
+		for _, pod := range p.toUnload {
+			r.planUnload(ctx, p, c, pod, published)
+		}
 	}
 	runBounded(c.jobs, r.opts.MaxParallelEngineCalls)
 
@@ -74,13 +79,17 @@ func (r *Reconciler) findHolders(ctx context.Context, p *pass) error {
 	for _, pod := range p.desired {
 		desired[pod.Name] = true
 	}
+	kept := map[string]bool{}
+	for _, pod := range p.kept {
+		kept[pod.Name] = true
+	}
 	holding, notHolding, err := r.holders(ctx, a, p.scheduled, false)
 	if err != nil {
 		return err
 	}
 	unloadable := map[string]bool{}
 	for _, pod := range holding {
-		if !desired[pod.Name] {
+		if !desired[pod.Name] && !kept[pod.Name] {
 			p.toUnload = append(p.toUnload, pod)
 			unloadable[pod.Name] = true
 		}
@@ -88,7 +97,7 @@ func (r *Reconciler) findHolders(ctx context.Context, p *pass) error {
 	r.backoff.retain(a.Namespace, a.Name, "load", desired)
 	r.backoff.retain(a.Namespace, a.Name, "unload", unloadable)
 	for _, name := range notHolding {
-		if !desired[name] {
+		if !desired[name] && !kept[name] {
 			p.notHolding = append(p.notHolding, name)
 		}
 	}
@@ -161,9 +170,18 @@ func (r *Reconciler) noteLoadFailure(p *pass, pod *corev1.Pod, err error, n int,
 }
 
 // planUnload unloads the adapter from a pod that may hold it and should not, once the
-// unload's backoff has expired.
-func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, pod *corev1.Pod) {
+// unload's backoff has expired. Removal is make-before-break: a pod still published (in
+// status.instances, or in the adapter's EndpointSlice as the cache has it) is only
+// de-published by this pass (its status and EndpointSlice writes leave it out) and unloaded
+// by a later one, so that no request routed by either reaches a pod that just lost the
+// adapter.
+func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, pod *corev1.Pod, published map[string]bool) {
 	a := p.adapter
+	if published[pod.Name] {
+		p.depublished = append(p.depublished, pod.Name)
+		p.requeueAfter(depublishedRecheck)
+		return
+	}
 	k := backoffKey{a.Namespace, a.Name, pod.Name, "unload"}
 	if wait, _, _ := r.backoff.wait(k, r.clock.Now()); wait > 0 {
 		p.requeueAfter(wait)
@@ -181,6 +199,31 @@ func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, po
 		_, wait := r.backoff.failed(k, r.clock.Now(), err)
 		p.requeueAfter(wait)
 	})
+}
+
+// depublishedRecheck bounds the wait before a de-published pod is looked at again (the
+// watch events of the status and EndpointSlice writes usually come first).
+const depublishedRecheck = time.Second
+
+// published returns the pods the adapter is published on: its status instances and the
+// pods of its EndpointSlices (as the cache has them, by targetRef).
+func (r *Reconciler) published(ctx context.Context, a *v1alpha1.ModelAdapter) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range a.Status.Instances {
+		out[name] = true
+	}
+	for _, name := range []string{a.Name, a.Name + IPv6SliceSuffix} {
+		eps := &discoveryv1.EndpointSlice{}
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, eps); err != nil {
+			continue // none (or unreadable: the status instances still say what is served)
+		}
+		for _, e := range eps.Endpoints {
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+				out[e.TargetRef.Name] = true
+			}
+		}
+	}
+	return out
 }
 
 // advanceRollout takes the next outdated instance out of the EndpointSlice, unless a reload

@@ -88,6 +88,10 @@ type Options struct {
 	RetryLimit int
 	// BaseBackoff and MaxBackoff bound the wait between retries per (adapter, pod).
 	BaseBackoff, MaxBackoff time.Duration
+	// NotReadyGracePeriod is how long a pod that holds the adapter may stay not Ready before
+	// the adapter is unloaded from it (0: at once). It is taken out of the EndpointSlice and
+	// status.instances at once either way.
+	NotReadyGracePeriod time.Duration
 	// DeletionRetryLimit is how many unload attempts deletion makes before it releases the
 	// finalizer anyway (with a Warning event), so an unreachable pod never blocks deletion.
 	DeletionRetryLimit int
@@ -110,6 +114,7 @@ func DefaultOptions() Options {
 		BaseBackoff:               time.Second,
 		MaxBackoff:                2 * time.Minute,
 		DeletionRetryLimit:        5,
+		NotReadyGracePeriod:       time.Minute,
 	}
 }
 
@@ -140,6 +145,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--max-parallel-engine-listings must be at least 1, got %d", o.MaxParallelEngineListings)
 	case o.RetryLimit < 1 || o.DeletionRetryLimit < 1:
 		return fmt.Errorf("retry limits must be at least 1, got %d and %d", o.RetryLimit, o.DeletionRetryLimit)
+	case o.NotReadyGracePeriod < 0:
+		return fmt.Errorf("--not-ready-grace-period must not be negative, got %s", o.NotReadyGracePeriod)
 	case o.BaseBackoff <= 0 || o.MaxBackoff < o.BaseBackoff:
 		return fmt.Errorf("backoff must satisfy 0 < base (%s) <= max (%s)", o.BaseBackoff, o.MaxBackoff)
 	}

@@ -104,7 +104,7 @@ type setCondition func(conditionType string, ok bool, reason, msg string)
 // setInstances writes the instances, their artifacts and the counts.
 func setInstances(st *v1alpha1.ModelAdapterStatus, p *pass) {
 	st.Candidates = int32(len(p.candidates))
-	st.DesiredReplicas = int32(len(p.desired))
+	st.DesiredReplicas = int32(len(p.desired) + len(p.kept))
 	st.ReadyReplicas = int32(len(p.instances))
 	st.Instances = nil
 	st.InstanceArtifacts = nil

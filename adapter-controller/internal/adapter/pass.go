@@ -25,6 +25,7 @@ type pass struct {
 	candidates    []*corev1.Pod
 	excluded      int // matching pods of another base model
 	desired       []*corev1.Pod
+	kept          []*corev1.Pod // holders not Ready for less than the grace period: not unloaded, not published
 	policy        string
 	unknownPolicy bool
 
@@ -41,6 +42,7 @@ type pass struct {
 	failures    map[string]podError // pod -> last error of this pass or its backoff
 	failedHard  bool                // some pod reached the retry limit
 	unloaded    []string            // pods this pass unloaded the adapter from
+	depublished []string            // pods to unload once no longer published (make-before-break)
 	rollout     rollout
 	requeueIn   time.Duration
 	resourceErr error

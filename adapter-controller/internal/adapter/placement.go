@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
@@ -21,13 +23,21 @@ const (
 	PolicyBinPack       = "bin-pack"
 )
 
+// AIBrix's names of the same policies (its --model-adapter-scheduler-policy values).
+const (
+	aibrixLeastAdapters = "leastAdapters"
+	aibrixBinPack       = "binPack"
+)
+
 // policyFor maps spec.schedulerName to a policy; known is false for an unknown name, which
 // falls back to the default policy.
 func policyFor(name string) (policy string, known bool) {
 	switch name {
-	case "", PolicyDefault, PolicyLeastAdapters:
+	case "", PolicyDefault, PolicyLeastAdapters, aibrixLeastAdapters:
 		return PolicyLeastAdapters, true
-	case PolicyRandom, PolicyBinPack:
+	case PolicyBinPack, aibrixBinPack:
+		return PolicyBinPack, true
+	case PolicyRandom:
 		return name, true
 	default:
 		return PolicyLeastAdapters, false
@@ -79,6 +89,23 @@ func place(candidates []*corev1.Pod, current map[string]bool, replicas *int32, p
 	return chosen
 }
 
+// notReadyGraceLeft reports whether a live pod that is not Ready (not terminating, with an
+// IP) turned NotReady less than NotReadyGracePeriod ago, and how much of the period is left.
+// Such a pod keeps the adapter it holds: a readiness flap (a slow health check under load)
+// must not unload and reload adapters. It is not published meanwhile (not Ready).
+func (r *Reconciler) notReadyGraceLeft(pod *corev1.Pod) (time.Duration, bool) {
+	if r.opts.NotReadyGracePeriod <= 0 || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+		return 0, false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue {
+			left := r.opts.NotReadyGracePeriod - r.clock.Since(c.LastTransitionTime.Time)
+			return left, left > 0
+		}
+	}
+	return 0, false
+}
+
 func hash(seed, name string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(seed))
@@ -107,16 +134,20 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if !podServes(pod) {
-			continue
-		}
 		if a.Spec.BaseModel != nil && *a.Spec.BaseModel != "" {
 			if m, ok := pod.Labels[v1alpha1.ModelNameLabel]; ok && m != *a.Spec.BaseModel {
-				p.excluded++
+				if podServes(pod) {
+					p.excluded++
+				}
 				continue
 			}
 		}
-		p.candidates = append(p.candidates, pod)
+		if podServes(pod) {
+			p.candidates = append(p.candidates, pod)
+		} else if left, ok := r.notReadyGraceLeft(pod); ok && r.loadConfirmed(pod, a) {
+			p.kept = append(p.kept, pod)
+			p.requeueAfter(left)
+		}
 	}
 	slices.SortFunc(p.candidates, func(x, y *corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
 
@@ -129,7 +160,13 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 	var known bool
 	p.policy, known = policyFor(a.Spec.SchedulerName)
 	p.unknownPolicy = !known
-	p.desired = place(p.candidates, current, a.Spec.Replicas, p.policy, func(name string) int {
+	replicas := a.Spec.Replicas
+	if replicas != nil && len(p.kept) > 0 {
+		// Pods kept through a readiness flap keep their share of the replicas: loading
+		// elsewhere now would unload somewhere when they are Ready again.
+		replicas = ptr.To(max(0, *replicas-int32(len(p.kept))))
+	}
+	p.desired = place(p.candidates, current, replicas, p.policy, func(name string) int {
 		for _, pod := range p.candidates {
 			if pod.Name == name {
 				return r.inventory.Count(pod)

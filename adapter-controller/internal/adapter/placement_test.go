@@ -90,7 +90,9 @@ func TestPolicyFor(t *testing.T) {
 		policy string
 		known  bool
 	}{"": {PolicyLeastAdapters, true}, "default": {PolicyLeastAdapters, true}, "least-adapters": {PolicyLeastAdapters, true},
-		"random": {PolicyRandom, true}, "bin-pack": {PolicyBinPack, true}, "volcano": {PolicyLeastAdapters, false}} {
+		"random": {PolicyRandom, true}, "bin-pack": {PolicyBinPack, true}, "volcano": {PolicyLeastAdapters, false},
+		// AIBrix's names of the same policies.
+		"leastAdapters": {PolicyLeastAdapters, true}, "binPack": {PolicyBinPack, true}} {
 		if p, k := policyFor(in); p != want.policy || k != want.known {
 			t.Errorf("policyFor(%q) = %q, %v; want %q, %v", in, p, k, want.policy, want.known)
 		}

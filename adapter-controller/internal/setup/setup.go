@@ -64,6 +64,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Options.AddFlags(fs)
 	fs.IntVar(&o.Adapter.MaxConcurrentReconciles, "max-concurrent-reconciles", o.Adapter.MaxConcurrentReconciles, "ModelAdapters reconciled in parallel.")
 	fs.DurationVar(&o.Adapter.InventoryPeriod, "inventory-period", o.Adapter.InventoryPeriod, "How often each engine pod is asked which adapters it holds (one GET /v1/models per pod, shared by all adapters).")
+	fs.DurationVar(&o.Adapter.NotReadyGracePeriod, "not-ready-grace-period", o.Adapter.NotReadyGracePeriod, "How long a pod that holds an adapter may stay not Ready before the adapter is unloaded from it; it leaves the EndpointSlice and status.instances at once (0: unload at once).")
 	fs.IntVar(&o.Adapter.MaxParallelEngineCalls, "max-parallel-engine-calls", o.Adapter.MaxParallelEngineCalls, "Engine load and unload calls in flight at once, across all adapters and pods.")
 	fs.IntVar(&o.Adapter.MaxParallelEngineListings, "max-parallel-engine-listings", o.Adapter.MaxParallelEngineListings, "Engine listings (GET /v1/models: load verifications and the inventory poll) in flight at once; separate from --max-parallel-engine-calls, so a verification never takes a load slot, and fewer, so one listing verifies more of the loads onto a pod.")
 	fs.IntVar(&o.Adapter.RetryLimit, "load-retry-limit", o.Adapter.RetryLimit, "Failed loads on a pod before the adapter reports Failed (retries continue at the maximum backoff).")

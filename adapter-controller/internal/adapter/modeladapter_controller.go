@@ -95,8 +95,13 @@ type Options struct {
 	// that restart the controller).
 	SkipNameValidation bool
 	// AIBrix tells whether AIBrix's model-adapter-controller is running; while it is, no
-	// adapter is acted on (both would load and unload the same adapters). Nil: never.
+	// adapter is acted on and no engine is called (both would load and unload the same
+	// adapters). Nil: never.
 	AIBrix *aibrix.Detector
+	// StrayNamespace is the controller's own namespace, where the ConfigMap
+	// StrayConfigMapName keeps the stray loads (unloads deletion gave up on) across restarts
+	// and failovers. Empty: they are kept in memory only.
+	StrayNamespace string
 }
 
 // DefaultOptions returns production defaults.

@@ -46,6 +46,11 @@ import (
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=loraplane-system
+// The stray loads (unloads deletion gave up on) are kept in one ConfigMap of the controller's
+// own namespace (StrayConfigMapName): create (which RBAC cannot limit by name), and get and
+// update of that one only.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create,namespace=loraplane-system
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;update,resourceNames=adapter-controller-stray-loads,namespace=loraplane-system
 // Leader election records an event on its Lease: the namespaced install (no cluster-wide
 // events rule) needs it here.
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=loraplane-system

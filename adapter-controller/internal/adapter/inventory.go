@@ -155,15 +155,36 @@ func (i *Inventory) Served(pod *corev1.Pod, adapter string) (path string, loaded
 	return path, loaded, true
 }
 
-// PodsListing returns the names of the pods of namespace whose last listing showed the
-// adapter.
-func (i *Inventory) PodsListing(namespace, adapter string) []string {
+// PodsListing returns the names of the pods of the adapter's namespace whose last listing
+// shows it from what it may have loaded there: a load of it this process verified there, or,
+// on engines that list the path they loaded from, the path of its artifact (or of one its
+// status records). A same-named adapter from elsewhere (the engine's --lora-modules, another
+// client) is not the adapter's to unload.
+func (i *Inventory) PodsListing(a *v1alpha1.ModelAdapter) []string {
+	artifacts := []string{a.Spec.ArtifactURL}
+	for _, ia := range a.Status.InstanceArtifacts {
+		artifacts = append(artifacts, ia.ArtifactURL)
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var out []string
 	for key, p := range i.pods {
-		if _, ok := p.adapters[adapter]; key.Namespace == namespace && ok {
+		path, ok := p.adapters[a.Name]
+		if key.Namespace != a.Namespace || !ok {
+			continue
+		}
+		if load, verified := p.artifacts[a.Name]; verified && load.adapterUID == a.UID {
 			out = append(out, key.Name)
+			continue
+		}
+		if !engine.ListsLoadPath(p.ep.Kind) {
+			continue
+		}
+		for _, artifact := range artifacts {
+			if resolved, err := engine.ResolveArtifact(p.ep.Kind, artifact); path == "" || (err == nil && resolved == path) {
+				out = append(out, key.Name)
+				break
+			}
 		}
 	}
 	return out

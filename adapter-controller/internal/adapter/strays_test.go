@@ -275,3 +275,33 @@ func TestDeletionWithoutItsSecretUsesTheLastKey(t *testing.T) {
 		t.Fatalf("the adapter was released while the engine still holds it: %v (keys sent: %q)", got, eng.seen(ip))
 	}
 }
+
+// TestSameNamedAdapterOnAnotherPodLeftAlone: a pod of the adapter's namespace that it does not
+// select holds an adapter of the same name from elsewhere (its engine's --lora-modules); the
+// inventory lists that pod for another adapter recording it. Reconciles of the adapter never
+// unload the other one: it is not loaded from anything the adapter loads. (Before: the
+// reconcile took every pod whose listing showed the name as holding it, and unloaded it.)
+func TestSameNamedAdapterOnAnotherPodLeftAlone(t *testing.T) {
+	eng := newFakeEngine()
+	pods := readyPods(2)
+	other := pods[1].(*corev1.Pod)
+	other.Labels[v1alpha1.ModelNameLabel] = "other"
+	otherIP := other.Status.PodIP
+	eng.load(otherIP, "lora") // from /models/lora
+	x := testAdapter()
+	x.Name, x.UID = "x", "uid-x"
+	x.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.ModelNameLabel: "other"}}
+	r, _, _ := testReconciler(t, eng, clock.RealClock{}, DefaultOptions(), interceptor.Funcs{}, append(pods, testAdapter(), x)...)
+	reconcileKey(t, r, "ns", "x") // its verification lists p1: it shows the other lora
+	for range 2 {
+		reconcileKey(t, r, "ns", "lora")
+		poll(t, r, 1) // lists p1 for x
+	}
+	reconcileKey(t, r, "ns", "lora")
+	if got := eng.holds(otherIP); !slices.Contains(got, "lora") {
+		t.Fatalf("p1's engine holds %v: its own lora was unloaded", got)
+	}
+	if _, loaded, known := r.inventory.Served(other, "lora"); !known || !loaded {
+		t.Fatal("the inventory's listing of p1 does not show its lora: the test proves nothing")
+	}
+}

@@ -98,6 +98,7 @@ type Engine struct {
 	seq      uint64
 	counts   Counts
 	faults   []Fault
+	keysSeen map[string]bool // bearer tokens presented, "" for none
 
 	inFlight  atomic.Int64 // requests being handled (tests check hangs end)
 	ctx       context.Context
@@ -181,6 +182,7 @@ func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 		created:  time.Now().Unix(),
 		adapters: map[string]adapter{},
 		counts:   Counts{Requests: map[string]int{}},
+		keysSeen: map[string]bool{},
 	}
 	for name, path := range opts.Preload {
 		e.load(name, path, false, false)
@@ -292,3 +294,17 @@ func (e *Engine) Unloads() int { e.mu.Lock(); defer e.mu.Unlock(); return e.coun
 
 // Lists counts authorized GET /v1/models requests, faulted ones included.
 func (e *Engine) Lists() int { e.mu.Lock(); defer e.mu.Unlock(); return e.counts.Lists }
+
+// KeysSeen returns, sorted, every API key presented to the engine as "Authorization: Bearer
+// <key>" (by any request but GET /health, authorized or not), "" standing for requests
+// without one: a test learns which keys a controller sent where.
+func (e *Engine) KeysSeen() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	keys := make([]string, 0, len(e.keysSeen))
+	for k := range e.keysSeen {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -249,6 +249,10 @@ func TestAPIKey(t *testing.T) {
 			if got := e.Requests()["POST "+load]; got != 5 {
 				t.Errorf("Requests()[POST %s] = %d, want 5", load, got)
 			}
+			// Every key presented is seen (health checks present none and are not counted).
+			if got, want := strings.Join(e.KeysSeen(), ","), ",Basic s3cret,nope,s3cret"; got != want {
+				t.Errorf("KeysSeen() = %q, want %q", got, want)
+			}
 		})
 	}
 }

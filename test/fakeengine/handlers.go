@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -87,6 +88,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 		write(w, reply{http.StatusOK, ctypeText, nil}, 0)
 		return
 	}
+	e.mu.Lock()
+	e.keysSeen[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")] = true
+	e.mu.Unlock()
 	if e.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+e.opts.APIKey {
 		write(w, vllmError(http.StatusUnauthorized, "Unauthorized", "AuthenticationError"), 0)
 		return

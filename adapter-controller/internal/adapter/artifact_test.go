@@ -73,7 +73,7 @@ func TestServedArtifact(t *testing.T) {
 				r.inventory.record(pod, []engine.Adapter{{Name: "lora", Path: *tc.listed}})
 			}
 			if tc.loadedNow != "" {
-				r.inventory.noteArtifact(pod, "lora", tc.loadedNow)
+				r.inventory.noteArtifact(pod, a, tc.loadedNow)
 			}
 			artifact, current := r.servedArtifact(pod, a)
 			if diff := cmp.Diff(tc.want, want{artifact, current}); diff != "" {

@@ -315,7 +315,8 @@ func (r *Reconciler) acquire(ctx context.Context) error { return r.slots.Acquire
 
 func (r *Reconciler) release() { r.slots.Release(1) }
 
-// inventoryHooks connect the inventory to the reconciler's credentials and slots.
+// inventoryHooks connect the inventory to the reconciler's credentials, slots, AIBrix
+// detector and clients.
 func (r *Reconciler) inventoryHooks() inventoryHooks {
 	return inventoryHooks{
 		apiKey: func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error) {
@@ -323,8 +324,10 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 			return key, err
 		},
 		acquire: r.acquire, release: r.release,
-		acquireList: func(ctx context.Context) error { return r.listSlots.Acquire(ctx, 1) },
-		releaseList: func() { r.listSlots.Release(1) },
+		acquireList:   func(ctx context.Context) error { return r.listSlots.Acquire(ctx, 1) },
+		releaseList:   func() { r.listSlots.Release(1) },
+		aibrixRunning: func(ctx context.Context) bool { return r.opts.AIBrix.Check(ctx).Running },
+		store:         newStrayStore(r.apiReader, r.client, r.opts.StrayNamespace),
 	}
 }
 
@@ -371,7 +374,7 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	if err != nil {
 		return err
 	}
-	r.inventory.noteArtifact(pod, a.Name, a.Spec.ArtifactURL)
+	r.inventory.noteArtifact(pod, a, a.Spec.ArtifactURL)
 	klog.FromContext(ctx).V(2).Info("Loaded adapter", "pod", klog.KObj(pod), "artifact", a.Spec.ArtifactURL, "reload", replace)
 	return nil
 }

@@ -26,8 +26,13 @@ import (
 // included, so that loads a crashed process sent are undone too — retrying with backoff, and
 // releases the finalizer when done or when the retries are exhausted, so an unreachable or
 // deleted pod never blocks deletion forever. Abandoned unloads are handed to the inventory
-// sweep, which unloads them when the pod answers again. AIBrix's finalizer, on adapters
-// created under AIBrix, is handled like ours and released with it.
+// sweep, which unloads them when the pod answers again; they are written to the stray loads'
+// ConfigMap before the finalizer goes, so a restart or a failover does not lose them.
+// AIBrix's finalizer, on adapters created under AIBrix, is handled like ours and released
+// with it.
+//
+// Without the credentials Secret (deleted with the adapter, as `kubectl delete -f` of a
+// bundle does) each pod gets the last key that worked there (its last listing's).
 func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(a, Finalizer) && !controllerutil.ContainsFinalizer(a, v1alpha1.AIBrixFinalizer) {
 		return reconcile.Result{}, nil
@@ -39,11 +44,19 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 	if wait, _, _ := r.deletions.wait(k, r.clock.Now()); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	apiKey, _, err := r.credentials(ctx, a)
-	if err != nil {
-		// Unload without a key: engines that need one answer 401, which is retried and
-		// reported like any other unload failure.
-		klog.FromContext(ctx).Error(err, "Reading the engine API key for unloading")
+	apiKey, _, credErr := r.credentials(ctx, a)
+	if credErr != nil {
+		klog.FromContext(ctx).Error(credErr, "Reading the engine API key for unloading; using the last key that worked on each pod")
+	}
+	// keyFor is the key sent to pod: the adapter's, else the last key that worked there,
+	// else none (engines that need one answer 401, retried and reported like any other
+	// unload failure).
+	keyFor := func(pod *corev1.Pod) string {
+		if credErr == nil {
+			return apiKey
+		}
+		key, _ := r.inventory.lastKey(pod)
+		return key
 	}
 	holding, gone, err := r.holders(ctx, a, scheduledPods(a), true)
 	if err != nil {
@@ -62,7 +75,7 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 	)
 	for _, pod := range holding {
 		jobs = append(jobs, func() {
-			if err := r.unload(ctx, a, pod, apiKey); err != nil {
+			if err := r.unload(ctx, a, pod, keyFor(pod)); err != nil {
 				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (%v)", pod.Name, err))
 				left = append(left, pod)
@@ -77,13 +90,19 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		if n < r.opts.DeletionRetryLimit || since < r.opts.MinDeletionWait() {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
+		for _, pod := range left {
+			r.inventory.abandon(pod, a, keyFor(pod), r.loadedPath(pod, a))
+		}
+		// Recorded before the finalizer goes: a restart or a new leader finishes them.
+		var unusable errStrayStoreUnusable
+		switch err := r.inventory.syncStrays(ctx); {
+		case errors.As(err, &unusable):
+			klog.FromContext(ctx).Error(err, "Releasing the adapter with its abandoned unloads kept in memory only")
+		case err != nil:
+			return reconcile.Result{}, fmt.Errorf("recording the abandoned unloads: %w", err)
+		}
 		r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonUnloadAbandoned, "Delete",
 			"Releasing the adapter after %d attempts; it may still be loaded on: %s (unloaded by the inventory sweep when they answer)", n, strings.Join(failed, "; "))
-		for _, pod := range left {
-			if ep, err := engine.EndpointForPod(pod, apiKey); err == nil {
-				r.inventory.rememberStray(pod, ep, a.Name)
-			}
-		}
 	}
 	// Guarded by the resourceVersion read: the patch carries the whole finalizer list, and a
 	// finalizer another controller added meanwhile must not be dropped.
@@ -100,4 +119,29 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 	r.backoff.forgetAdapter(a.Namespace, a.Name)
 	r.deletions.forgetAdapter(a.Namespace, a.Name)
 	return reconcile.Result{}, nil
+}
+
+// loadedPath is what the engine of pod lists for the load of the adapter this controller made
+// there: the path of the pod's last listing, else, for engines that list the path they
+// loaded from, the path of the artifact the status records for the pod (spec.artifactURL
+// without a record); "" when unknown (behind the runtime sidecar).
+func (r *Reconciler) loadedPath(pod *corev1.Pod, a *v1alpha1.ModelAdapter) string {
+	if path, loaded, known := r.inventory.Served(pod, a.Name); known && loaded && path != "" {
+		return path
+	}
+	ep, err := engine.EndpointForPod(pod, "")
+	if err != nil || !engine.ListsLoadPath(ep.Kind) {
+		return ""
+	}
+	artifact := a.Spec.ArtifactURL
+	for _, ia := range a.Status.InstanceArtifacts {
+		if ia.Pod == pod.Name {
+			artifact = ia.ArtifactURL
+		}
+	}
+	path, err := engine.ResolveArtifact(ep.Kind, artifact)
+	if err != nil {
+		return ""
+	}
+	return path
 }

@@ -27,8 +27,12 @@ import (
 // The poll also sweeps strays: adapters this controller loaded (a ModelAdapter recorded the
 // pod in its scheduled-pods annotation) whose ModelAdapter is gone while the engine still
 // lists them — a deletion whose unloads were abandoned, or a finalizer removed by hand. Only
-// such recorded loads are ever unloaded by the sweep: adapters the engine was started with,
-// or that anyone else loaded, were never recorded.
+// such recorded loads are ever unloaded by the sweep, and only where the engine lists them
+// from the path this controller loaded (strays.go): adapters the engine was started with,
+// or that anyone else loaded, were never recorded. The stray loads are kept in a ConfigMap
+// of the controller's namespace, so that a restart or a failover does not forget them.
+//
+// While AIBrix's controllers run, the inventory makes no engine call of any kind.
 type Inventory struct {
 	engine   engine.Client
 	reader   client.Reader
@@ -37,6 +41,9 @@ type Inventory struct {
 	clock    clock.WithTicker
 	apiKey   func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
 	events   chan event.GenericEvent
+	// aibrixRunning tells whether AIBrix's controllers run: then no engine is called.
+	aibrixRunning func(ctx context.Context) bool
+	store         *strayStore // nil: the stray loads are kept in memory only
 	// acquire and release bound each unload with the reconciler's engine call slots,
 	// acquireList and releaseList each listing with its listing slots.
 	acquire, acquireList func(ctx context.Context) error
@@ -47,20 +54,34 @@ type Inventory struct {
 	pods map[types.NamespacedName]*podInventory
 	// recorded is, as of the last poll, which adapters recorded each pod (scheduled-pods
 	// annotation or status instances); strays are recorded loads whose adapter is gone.
-	recorded map[types.NamespacedName]map[string]bool
-	strays   map[types.NamespacedName]*strayLoads
+	recorded map[types.NamespacedName]*recordedPod
+	strays   map[types.NamespacedName]*strayPod
 	// vacated are the addresses of pods forgotten while this process's verified loads were
 	// on them, by IP (see handOverVacated).
 	vacated map[string]*vacatedAddress
+}
+
+// recordedPod is a pod as the adapters recording it saw it at one poll.
+type recordedPod struct {
+	uid types.UID // the pod the poll read; "" when it was not found
+	by  map[string]recordedBy
+}
+
+// recordedBy is an adapter recording a pod, by name.
+type recordedBy struct {
+	uid         types.UID
+	secret      string // credentialsSecretRef
+	artifactURL string
 }
 
 // vacatedAddress is what this process loaded at a pod address whose pod it stopped
 // tracking: gone, or recorded by no adapter any more, with loads still listed there.
 type vacatedAddress struct {
 	pod    types.NamespacedName
-	apiKey string
-	names  map[string]bool
-	polls  int // polls that found no pod at the address
+	uid    types.UID
+	apiKey string                // the key that listed the pod: only ever sent to it again
+	loads  map[string]*strayLoad // by adapter name: its UID and the path the engine listed
+	polls  int                   // polls that found no pod at the address
 }
 
 type podInventory struct {
@@ -68,9 +89,9 @@ type podInventory struct {
 	ip       string            // the pod's address when it was listed
 	ep       engine.Endpoint   // the endpoint of the last successful listing
 	adapters map[string]string // name -> path the engine reports ("" if none)
-	// artifacts are the artifact URLs this process loaded and verified, by adapter name,
-	// kept while the engine lists the adapter.
-	artifacts map[string]string
+	// artifacts are the loads this process made and verified, by adapter name, kept while
+	// the engine lists the adapter.
+	artifacts map[string]verifiedLoad
 	// listedSeq is the sequence number of the listing recorded here (listings are numbered
 	// as they start); changedAt the last number handed out when this process changed the
 	// entry itself (an unload). A listing that started before either says less than the
@@ -78,10 +99,10 @@ type podInventory struct {
 	listedSeq, changedAt uint64
 }
 
-// strayLoads are adapters this controller loaded on one pod that no ModelAdapter records.
-type strayLoads struct {
-	ep    engine.Endpoint // how to reach the pod (API key of the adapter that loaded them)
-	names map[string]bool
+// verifiedLoad is a load this process made and verified on a pod.
+type verifiedLoad struct {
+	artifact   string
+	adapterUID types.UID
 }
 
 // inventoryHooks connect the inventory to the reconciler.
@@ -89,6 +110,8 @@ type inventoryHooks struct {
 	apiKey               func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
 	acquire, acquireList func(ctx context.Context) error
 	release, releaseList func()
+	aibrixRunning        func(ctx context.Context) bool // nil: never
+	store                *strayStore                    // nil: memory only
 }
 
 // NewInventory returns an inventory polling every period with at most parallel requests.
@@ -97,11 +120,15 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 		engine: c, reader: reader, period: period, parallel: max(parallel, 1), clock: clk,
 		apiKey: hooks.apiKey, acquire: hooks.acquire, release: hooks.release,
 		acquireList: hooks.acquireList, releaseList: hooks.releaseList,
+		aibrixRunning: hooks.aibrixRunning, store: hooks.store,
 		events:   make(chan event.GenericEvent, 1024),
 		pods:     map[types.NamespacedName]*podInventory{},
-		recorded: map[types.NamespacedName]map[string]bool{},
-		strays:   map[types.NamespacedName]*strayLoads{},
+		recorded: map[types.NamespacedName]*recordedPod{},
+		strays:   map[types.NamespacedName]*strayPod{},
 		vacated:  map[string]*vacatedAddress{},
+	}
+	if i.aibrixRunning == nil {
+		i.aibrixRunning = func(context.Context) bool { return false }
 	}
 	i.listings = newListings(i.list, func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64) {
 		i.recordListing(pod, ep, adapters, seq, false)
@@ -128,15 +155,36 @@ func (i *Inventory) Served(pod *corev1.Pod, adapter string) (path string, loaded
 	return path, loaded, true
 }
 
-// PodsListing returns the names of the pods of namespace whose last listing showed the
-// adapter.
-func (i *Inventory) PodsListing(namespace, adapter string) []string {
+// PodsListing returns the names of the pods of the adapter's namespace whose last listing
+// shows it from what it may have loaded there: a load of it this process verified there, or,
+// on engines that list the path they loaded from, the path of its artifact (or of one its
+// status records). A same-named adapter from elsewhere (the engine's --lora-modules, another
+// client) is not the adapter's to unload.
+func (i *Inventory) PodsListing(a *v1alpha1.ModelAdapter) []string {
+	artifacts := []string{a.Spec.ArtifactURL}
+	for _, ia := range a.Status.InstanceArtifacts {
+		artifacts = append(artifacts, ia.ArtifactURL)
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var out []string
 	for key, p := range i.pods {
-		if _, ok := p.adapters[adapter]; key.Namespace == namespace && ok {
+		path, ok := p.adapters[a.Name]
+		if key.Namespace != a.Namespace || !ok {
+			continue
+		}
+		if load, verified := p.artifacts[a.Name]; verified && load.adapterUID == a.UID {
 			out = append(out, key.Name)
+			continue
+		}
+		if !engine.ListsLoadPath(p.ep.Kind) {
+			continue
+		}
+		for _, artifact := range artifacts {
+			if resolved, err := engine.ResolveArtifact(p.ep.Kind, artifact); path == "" || (err == nil && resolved == path) {
+				out = append(out, key.Name)
+				break
+			}
 		}
 	}
 	return out
@@ -171,7 +219,7 @@ func (i *Inventory) recordListing(pod *corev1.Pod, ep engine.Endpoint, adapters 
 	key := client.ObjectKeyFromObject(pod)
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	artifacts := map[string]string{}
+	artifacts := map[string]verifiedLoad{}
 	if old := i.pods[key]; old != nil && old.uid == pod.UID {
 		if !force && (seq <= old.listedSeq || seq <= old.changedAt) {
 			return // its waiters still get its answer; the inventory keeps what is newer
@@ -185,13 +233,13 @@ func (i *Inventory) recordListing(pod *corev1.Pod, ep engine.Endpoint, adapters 
 	i.pods[key] = &podInventory{uid: pod.UID, ip: pod.Status.PodIP, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq}
 }
 
-// noteArtifact records the artifact a verified load put on the pod.
-func (i *Inventory) noteArtifact(pod *corev1.Pod, adapter, artifact string) {
+// noteArtifact records the artifact a verified load of the adapter put on the pod.
+func (i *Inventory) noteArtifact(pod *corev1.Pod, a *v1alpha1.ModelAdapter, artifact string) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
-		if _, listed := p.adapters[adapter]; listed {
-			p.artifacts[adapter] = artifact
+		if _, listed := p.adapters[a.Name]; listed {
+			p.artifacts[a.Name] = verifiedLoad{artifact: artifact, adapterUID: a.UID}
 		}
 	}
 }
@@ -202,8 +250,19 @@ func (i *Inventory) Artifact(pod *corev1.Pod, adapter string) (string, bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
-		artifact, ok := p.artifacts[adapter]
-		return artifact, ok
+		load, ok := p.artifacts[adapter]
+		return load.artifact, ok
+	}
+	return "", false
+}
+
+// lastKey returns the API key of the last successful listing of the pod (this incarnation):
+// the last key that worked there.
+func (i *Inventory) lastKey(pod *corev1.Pod) (string, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID && p.ep.Host != "" {
+		return p.ep.APIKey, true
 	}
 	return "", false
 }
@@ -218,27 +277,6 @@ func (i *Inventory) forgetAdapter(pod *corev1.Pod, adapter string) {
 		delete(p.artifacts, adapter)
 		p.changedAt = max(p.changedAt, seq)
 	}
-}
-
-// rememberStray hands the sweep an adapter that may still be loaded on the pod while its
-// ModelAdapter goes away (its unload was abandoned).
-func (i *Inventory) rememberStray(pod *corev1.Pod, ep engine.Endpoint, adapter string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.addStray(client.ObjectKeyFromObject(pod), ep, adapter)
-}
-
-// addStray records a stray load; i.mu is held.
-func (i *Inventory) addStray(key types.NamespacedName, ep engine.Endpoint, adapter string) {
-	s := i.strays[key]
-	if s == nil {
-		s = &strayLoads{ep: ep, names: map[string]bool{}}
-		i.strays[key] = s
-	}
-	if ep.Host != "" {
-		s.ep = ep
-	}
-	s.names[adapter] = true
 }
 
 // Refresh returns the adapters of one pod from a listing that starts after the call, and
@@ -279,17 +317,22 @@ type pollTarget struct {
 	instanceOf []*v1alpha1.ModelAdapter // adapters expecting to be loaded there
 	keyOf      *v1alpha1.ModelAdapter   // an adapter recording the pod: its API key lists it
 	strays     bool                     // the pod may hold stray loads
-	// misplaced are the adapters with a load of this process on the pod that they do not
-	// record (the pod took the address of one they were loaded on): enqueued when the pod
-	// lists them, their reconcile unloads them.
-	misplaced map[string]*v1alpha1.ModelAdapter
 }
 
 // poll lists the adapters of every pod that some adapter records (as an instance or a
 // scheduled pod), enqueues the adapters an engine no longer lists on their instances, and
 // unloads stray loads. Pods whose engine cannot be reached are left for the adapters' own
-// reconciles (their retries and backoff) to handle.
+// reconciles (their retries and backoff) to handle. While AIBrix's controllers run it calls
+// no engine: AIBrix's model-adapter-controller loads and unloads the adapters then.
 func (i *Inventory) poll(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	if i.aibrixRunning(ctx) {
+		log.V(4).Info("Skipping the inventory poll: AIBrix's controllers are running")
+		return nil
+	}
+	if err := i.syncStrays(ctx); err != nil {
+		log.Error(err, "Reading the stray loads kept by earlier processes")
+	}
 	var adapters v1alpha1.ModelAdapterList
 	if err := i.reader.List(ctx, &adapters); err != nil {
 		return err
@@ -307,10 +350,11 @@ func (i *Inventory) poll(ctx context.Context) error {
 		pod := &corev1.Pod{}
 		if err := i.reader.Get(ctx, key, pod); err != nil {
 			if apierrors.IsNotFound(err) {
-				i.forgetStrays(key)
+				i.forgetStrays(key, "")
 			}
 			continue // the pod watch enqueues its adapters
 		}
+		i.notePod(key, pod.UID)
 		if !podServes(pod) {
 			continue
 		}
@@ -328,12 +372,26 @@ func (i *Inventory) poll(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	if err := i.syncStrays(ctx); err != nil {
+		log.Error(err, "Keeping the stray loads in their ConfigMap")
+	}
 	return nil
+}
+
+// notePod records which incarnation of a recorded pod this poll read, and forgets the stray
+// loads of an earlier one.
+func (i *Inventory) notePod(key types.NamespacedName, uid types.UID) {
+	i.forgetStrays(key, uid)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if rec := i.recorded[key]; rec != nil {
+		rec.uid = uid
+	}
 }
 
 // pollTargets returns, from every adapter, the pods to list (with what to check there), the
 // adapters that exist, and for each pod the adapters recording it.
-func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]*v1alpha1.ModelAdapter, recorded map[types.NamespacedName]map[string]bool) {
+func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]*v1alpha1.ModelAdapter, recorded map[types.NamespacedName]*recordedPod) {
 	targets = map[types.NamespacedName]*pollTarget{}
 	target := func(key types.NamespacedName) *pollTarget {
 		if targets[key] == nil {
@@ -342,16 +400,20 @@ func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.Namespaced
 		return targets[key]
 	}
 	exists = map[types.NamespacedName]*v1alpha1.ModelAdapter{}
-	recorded = map[types.NamespacedName]map[string]bool{}
+	recorded = map[types.NamespacedName]*recordedPod{}
 	for idx := range adapters {
 		a := &adapters[idx]
 		exists[client.ObjectKeyFromObject(a)] = a
+		by := recordedBy{uid: a.UID, artifactURL: a.Spec.ArtifactURL}
+		if a.Spec.CredentialsSecretRef != nil {
+			by.secret = a.Spec.CredentialsSecretRef.Name
+		}
 		for pod := range recordedPods(a) {
 			key := types.NamespacedName{Namespace: a.Namespace, Name: pod}
 			if recorded[key] == nil {
-				recorded[key] = map[string]bool{}
+				recorded[key] = &recordedPod{by: map[string]recordedBy{}}
 			}
-			recorded[key][a.Name] = true
+			recorded[key].by[a.Name] = by
 			if t := target(key); t.keyOf == nil { // keep knowing what every recorded pod holds
 				t.keyOf = a
 			}
@@ -368,61 +430,53 @@ func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.Namespaced
 }
 
 // noteStrays updates the stray loads from this poll's adapters and marks the pods holding
-// some as targets. A stray whose ModelAdapter exists is left to it: forgotten when the
-// adapter records the pod, else marked misplaced (its adapter is enqueued when the pod lists
-// it). The pods no adapter is on any more are forgotten, their addresses kept as vacated
-// while loads of this process were listed there.
-func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]*v1alpha1.ModelAdapter, recorded map[types.NamespacedName]map[string]bool) {
+// some as targets. The pods no adapter is on any more are forgotten, their addresses kept as
+// vacated while loads of this process were listed there.
+func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exists map[types.NamespacedName]*v1alpha1.ModelAdapter, recorded map[types.NamespacedName]*recordedPod) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	// A load recorded at the last poll whose adapter is gone now was never unloaded by a
-	// finalizer (or it would not be recorded any more): it is a stray until a listing shows
-	// it is not loaded.
-	for key, names := range i.recorded {
-		for name := range names {
-			if exists[types.NamespacedName{Namespace: key.Namespace, Name: name}] == nil {
-				ep := engine.Endpoint{}
-				if p := i.pods[key]; p != nil {
-					ep = p.ep
-				}
-				i.addStray(key, ep, name)
+	now := i.clock.Now()
+	// A load recorded at the last poll whose adapter (that UID) is gone now was never
+	// unloaded by a finalizer (or it would not be recorded any more): it is a stray until a
+	// listing shows it is not loaded. An adapter of the same name created since is another
+	// adapter; the sweep leaves the load to it.
+	for key, rec := range i.recorded {
+		if rec.uid == "" {
+			continue // the pod was gone at the last poll
+		}
+		for name, by := range rec.by {
+			if a := exists[types.NamespacedName{Namespace: key.Namespace, Name: name}]; a != nil && a.UID == by.uid {
+				continue
 			}
+			s := &strayLoad{adapterUID: by.uid, secret: by.secret, since: now}
+			if p := i.pods[key]; p != nil && p.uid == rec.uid {
+				s.apiKey = p.ep.APIKey
+				if path, listed := p.adapters[name]; listed {
+					s.path = path
+				} else if engine.ListsLoadPath(p.ep.Kind) {
+					s.path, _ = engine.ResolveArtifact(p.ep.Kind, by.artifactURL)
+				}
+			}
+			i.addStray(key, rec.uid, name, s)
 		}
 	}
 	i.recorded = recorded
-	for key, s := range i.strays {
+	for key := range i.strays {
 		t := targets[key]
 		if t == nil {
 			t = &pollTarget{}
-		}
-		for name := range s.names {
-			a := exists[types.NamespacedName{Namespace: key.Namespace, Name: name}]
-			switch {
-			case a == nil:
-			case recorded[key][name]:
-				delete(s.names, name) // its ModelAdapter records the pod and decides
-			default:
-				if t.misplaced == nil {
-					t.misplaced = map[string]*v1alpha1.ModelAdapter{}
-				}
-				t.misplaced[name] = a
-			}
-		}
-		if len(s.names) == 0 {
-			delete(i.strays, key)
-			continue
+			targets[key] = t
 		}
 		t.strays = true
-		targets[key] = t
 	}
 	for key, p := range i.pods {
 		if _, ok := targets[key]; ok {
 			continue
 		}
 		if len(p.artifacts) > 0 && p.ip != "" {
-			v := &vacatedAddress{pod: key, apiKey: p.ep.APIKey, names: map[string]bool{}}
-			for name := range p.artifacts {
-				v.names[name] = true
+			v := &vacatedAddress{pod: key, uid: p.uid, apiKey: p.ep.APIKey, loads: map[string]*strayLoad{}}
+			for name, load := range p.artifacts {
+				v.loads[name] = &strayLoad{adapterUID: load.adapterUID, path: p.adapters[name], since: now}
 			}
 			i.vacated[p.ip] = v
 		}
@@ -434,9 +488,12 @@ func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exi
 // another can get its IP, and a load sent to the old pod just before it went (from a cache
 // that still showed it) reaches the new pod's engine, where no ModelAdapter records it. So
 // the loads this process verified at an address it stopped tracking become strays of the
-// pod that has the address now (the same pod too, if it is still there): the sweep unloads
-// those whose ModelAdapter is gone, the others are misplaced (noteStrays). An address no pod
-// has is dropped after a few polls: nothing answers there.
+// pod of the same namespace that has the address now (the same pod too, if it is still
+// there): the sweep unloads those whose ModelAdapter is gone and enqueues the others, and
+// only where the engine lists them from the path this controller loaded. A pod of another
+// namespace at the address is never looked at: no key, listing or unload of this
+// controller's crosses a namespace. The key that listed the old pod goes to no other pod. An
+// address no pod has is dropped after a few polls: nothing answers there.
 func (i *Inventory) handOverVacated(ctx context.Context) error {
 	i.mu.Lock()
 	n := len(i.vacated)
@@ -454,6 +511,7 @@ func (i *Inventory) handOverVacated(ctx context.Context) error {
 			byIP[pod.Status.PodIP] = append(byIP[pod.Status.PodIP], pod)
 		}
 	}
+	log := klog.FromContext(ctx)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	for ip, v := range i.vacated {
@@ -464,16 +522,27 @@ func (i *Inventory) handOverVacated(ctx context.Context) error {
 			}
 			continue
 		}
+		names := slices.Sorted(maps.Keys(v.loads))
 		for _, pod := range holders {
-			ep, err := engine.EndpointForPod(pod, v.apiKey)
-			if err != nil {
+			if pod.Namespace != v.pod.Namespace {
+				log.V(2).Info("Leaving a pod of another namespace at the address of a pod this controller stopped tracking alone",
+					"pod", klog.KObj(pod), "previousPod", v.pod, "address", ip)
 				continue
 			}
-			names := slices.Sorted(maps.Keys(v.names))
-			klog.FromContext(ctx).V(2).Info("Checking the loads of a pod this controller stopped tracking on the pod at its address",
+			log.V(2).Info("Checking the loads of a pod this controller stopped tracking on the pod at its address",
 				"pod", klog.KObj(pod), "previousPod", v.pod, "address", ip, "adapters", names)
+			same := pod.UID == v.uid
 			for _, name := range names {
-				i.addStray(client.ObjectKeyFromObject(pod), ep, name)
+				load := *v.loads[name]
+				if !same {
+					if load.path == "" {
+						continue // nothing would tell this controller's load from another's
+					}
+					load.handedOver = true
+				} else {
+					load.apiKey = v.apiKey
+				}
+				i.addStray(client.ObjectKeyFromObject(pod), pod.UID, name, &load)
 			}
 		}
 		delete(i.vacated, ip)
@@ -494,7 +563,7 @@ func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 		return
 	}
 	if t.strays {
-		i.sweep(ctx, pod, ep, listed, t.misplaced)
+		i.sweep(ctx, pod, ep, listed)
 	}
 	for _, a := range t.instanceOf {
 		if !listed.has(a.Name) {
@@ -507,24 +576,21 @@ func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 	}
 }
 
-// endpoint is how the poll reaches the pod: with the API key of an adapter recording it,
-// else the one that stray loads were made with. A pod it cannot address is skipped (and
-// logged): the reconciles of its adapters report why.
+// endpoint is how the poll reaches the pod: with the API key of an adapter of its namespace
+// recording it, else the key its stray loads were made with there (strayKey), else none. A
+// pod it cannot address is skipped (and logged): the reconciles of its adapters report why.
 func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget, keys *apiKeys) (engine.Endpoint, bool) {
 	apiKey := ""
-	if t.keyOf != nil {
+	switch {
+	case t.keyOf != nil:
 		key, err := keys.of(ctx, t.keyOf)
 		if err != nil {
 			klog.FromContext(ctx).V(4).Info("Skipping a pod: no API key", "pod", klog.KObj(pod), "err", err.Error())
 			return engine.Endpoint{}, false
 		}
 		apiKey = key
-	} else {
-		i.mu.Lock()
-		if s := i.strays[client.ObjectKeyFromObject(pod)]; s != nil {
-			apiKey = s.ep.APIKey
-		}
-		i.mu.Unlock()
+	case t.strays:
+		apiKey = i.strayKey(ctx, pod, keys)
 	}
 	ep, err := engine.EndpointForPod(pod, apiKey)
 	if err != nil {
@@ -564,76 +630,6 @@ func (k *apiKeys) of(ctx context.Context, a *v1alpha1.ModelAdapter) (string, err
 		k.byRef[ref] = r
 	}
 	return r.key, r.err
-}
-
-// forgetStrays drops the stray loads of a pod that is gone.
-func (i *Inventory) forgetStrays(key types.NamespacedName) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	delete(i.strays, key)
-}
-
-// sweep unloads, through ep (which just listed the pod), the stray loads of a pod that its
-// listing still shows, and forgets those it does not show. A misplaced load (its ModelAdapter
-// exists) is not unloaded here: its adapter is enqueued, and its reconcile, which sees the
-// pod listing it, unloads it with its own retries and events.
-func (i *Inventory) sweep(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint, l listed, misplaced map[string]*v1alpha1.ModelAdapter) {
-	key := client.ObjectKeyFromObject(pod)
-	i.mu.Lock()
-	s := i.strays[key]
-	var names []string
-	var enqueue []*v1alpha1.ModelAdapter
-	if s != nil {
-		for name := range s.names {
-			switch {
-			case !l.has(name):
-				delete(s.names, name)
-			case misplaced[name] != nil:
-				enqueue = append(enqueue, misplaced[name])
-			default:
-				names = append(names, name)
-			}
-		}
-		if len(s.names) == 0 {
-			delete(i.strays, key)
-		}
-	}
-	i.mu.Unlock()
-	log := klog.FromContext(ctx)
-	for _, a := range enqueue {
-		log.Info("An adapter this controller loaded is on a pod its ModelAdapter does not record (the pod took the address of one it was loaded on): enqueued to unload it",
-			"pod", klog.KObj(pod), "modeladapter", klog.KObj(a))
-		select {
-		case i.events <- event.GenericEvent{Object: a}:
-		case <-ctx.Done():
-			return
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if err := i.unloadStray(ctx, ep, name); err != nil {
-			recordStrayUnload(err)
-			log.Error(err, "Unloading a stray adapter failed", "pod", klog.KObj(pod), "adapter", name)
-			continue
-		}
-		recordStrayUnload(nil)
-		log.Info("Unloaded a stray adapter: loaded by this controller, wanted by no ModelAdapter", "pod", klog.KObj(pod), "adapter", name)
-		i.forgetAdapter(pod, name)
-		i.mu.Lock()
-		delete(s.names, name)
-		if len(s.names) == 0 {
-			delete(i.strays, key)
-		}
-		i.mu.Unlock()
-	}
-}
-
-func (i *Inventory) unloadStray(ctx context.Context, ep engine.Endpoint, name string) error {
-	if err := i.acquire(ctx); err != nil {
-		return err
-	}
-	defer i.release()
-	return i.engine.Unload(ctx, ep, name)
 }
 
 // podServes reports whether a pod can take adapters: Ready, not terminating, with an IP.

@@ -39,25 +39,40 @@ func TestInventoryPodsListing(t *testing.T) {
 	inv.record(pod("a", "p2"), adapters("lora"))
 	inv.record(pod("b", "p3"), adapters("lora"))
 	inv.forgetAdapter(pod("a", "p2"), "lora")
+	// p4 holds a lora of its own (the engine's --lora-modules), from another path.
+	inv.record(pod("a", "p4"), []engine.Adapter{{Name: "lora", Path: "/models/lora"}})
+	// p5 holds v1 of lora, which the status records for it, and p6 a lora whose path this
+	// process loaded and verified (what the runtime sidecar lists is not the artifact).
+	inv.record(pod("a", "p5"), []engine.Adapter{{Name: "lora", Path: "org/lora-v1"}})
+	inv.record(pod("a", "p6"), []engine.Adapter{{Name: "lora", Path: "/var/lora/download"}})
+	inv.noteArtifact(pod("a", "p6"), adapterNamed("a", "lora"), "s3://bucket/lora")
 
 	tests := map[string]struct {
 		ns, adapter string
 		want        []string
 	}{
-		"listed in one namespace only": {"a", "lora", []string{"p0"}},
-		"other namespace":              {"b", "lora", []string{"p3"}},
-		"adapter on several pods":      {"a", "other", []string{"p0", "p1"}},
-		"unknown adapter":              {"a", "none", nil},
-		"not after an unload":          {"a", "lora", []string{"p0"}},
+		"listed in one namespace only, not another's from elsewhere": {"a", "lora", []string{"p0", "p5", "p6"}},
+		"other namespace":         {"b", "lora", []string{"p3"}},
+		"adapter on several pods": {"a", "other", []string{"p0", "p1"}},
+		"unknown adapter":         {"a", "none", nil},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := inv.PodsListing(tt.ns, tt.adapter)
+			got := inv.PodsListing(adapterNamed(tt.ns, tt.adapter))
 			slices.Sort(got)
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("PodsListing(%q, %q) = %v, want %v", tt.ns, tt.adapter, got, tt.want)
+				t.Errorf("PodsListing(%s/%s) = %v, want %v", tt.ns, tt.adapter, got, tt.want)
 			}
 		})
+	}
+}
+
+// adapterNamed is an adapter of the artifact org/<name>, whose status records org/<name>-v1 on p5.
+func adapterNamed(ns, name string) *v1alpha1.ModelAdapter {
+	return &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1alpha1.ModelAdapterSpec{ArtifactURL: "huggingface://org/" + name},
+		Status:     v1alpha1.ModelAdapterStatus{InstanceArtifacts: []v1alpha1.InstanceArtifact{{Pod: "p5", ArtifactURL: "huggingface://org/" + name + "-v1"}}},
 	}
 }
 

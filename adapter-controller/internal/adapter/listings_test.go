@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -34,14 +35,19 @@ type fakeEngine struct {
 	loadGate  chan struct{}
 	lie       bool          // loads succeed without loading
 	delay     time.Duration // of every call
+	// keys are the API keys engines require, by host (none when absent): a call with another
+	// answers 401.
+	keys map[string]string
 
 	mu          sync.Mutex
-	loaded      map[string][]string // host -> adapters
+	loaded      map[string][]string          // host -> adapters
+	paths       map[string]map[string]string // host -> adapter -> the path it was loaded from
 	loads       int
 	unloads     int
 	lists       int
-	listsByKey  map[string]int // API key -> lists
-	running     int            // lists in flight
+	listsByKey  map[string]int             // API key -> lists
+	keysSeen    map[string]map[string]bool // host -> API keys presented ("" for none)
+	running     int                        // lists in flight
 	maxRunning  int
 	loading     int // loads in flight
 	maxLoading  int
@@ -52,7 +58,27 @@ type fakeEngine struct {
 var _ engine.Client = (*fakeEngine)(nil)
 
 func newFakeEngine() *fakeEngine {
-	return &fakeEngine{loaded: map[string][]string{}, listsByKey: map[string]int{}, listStarted: make(chan struct{}, 1000)}
+	return &fakeEngine{loaded: map[string][]string{}, paths: map[string]map[string]string{}, listsByKey: map[string]int{},
+		keys: map[string]string{}, keysSeen: map[string]map[string]bool{}, listStarted: make(chan struct{}, 1000)}
+}
+
+// authorize notes the key ep presents and answers 401 unless the host takes it; f.mu is held.
+func (f *fakeEngine) authorize(ep engine.Endpoint, op engine.Op) error {
+	if f.keysSeen[ep.Host] == nil {
+		f.keysSeen[ep.Host] = map[string]bool{}
+	}
+	f.keysSeen[ep.Host][ep.APIKey] = true
+	if want := f.keys[ep.Host]; want != "" && ep.APIKey != want {
+		return &engine.Error{Reason: engine.ReasonEngineUnauthorized, Op: op, Status: 401, Message: "Unauthorized"}
+	}
+	return nil
+}
+
+// seen returns the API keys presented to host, sorted.
+func (f *fakeEngine) seen(host string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.keysSeen[host]))
 }
 
 func (f *fakeEngine) Load(ctx context.Context, ep engine.Endpoint, req engine.LoadRequest) error {
@@ -76,10 +102,23 @@ func (f *fakeEngine) Load(ctx context.Context, ep engine.Endpoint, req engine.Lo
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads++
+	if err := f.authorize(ep, engine.OpLoad); err != nil {
+		return err
+	}
 	if !f.lie && !slices.Contains(f.loaded[ep.Host], req.Name) {
 		f.loaded[ep.Host] = append(f.loaded[ep.Host], req.Name)
+		path, _ := engine.ResolveArtifact(ep.Kind, req.ArtifactURL)
+		f.setPath(ep.Host, req.Name, path)
 	}
 	return nil
+}
+
+// setPath records where an adapter was loaded from; f.mu is held.
+func (f *fakeEngine) setPath(host, name, path string) {
+	if f.paths[host] == nil {
+		f.paths[host] = map[string]string{}
+	}
+	f.paths[host][name] = path
 }
 
 func (f *fakeEngine) Unload(_ context.Context, ep engine.Endpoint, name string) error {
@@ -89,7 +128,11 @@ func (f *fakeEngine) Unload(_ context.Context, ep engine.Endpoint, name string) 
 	if f.unloadErr != nil {
 		return f.unloadErr
 	}
+	if err := f.authorize(ep, engine.OpUnload); err != nil {
+		return err
+	}
 	f.loaded[ep.Host] = slices.DeleteFunc(f.loaded[ep.Host], func(n string) bool { return n == name })
+	delete(f.paths[ep.Host], name)
 	return nil
 }
 
@@ -97,9 +140,14 @@ func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]en
 	f.mu.Lock()
 	f.lists++
 	f.listsByKey[ep.APIKey]++
+	if err := f.authorize(ep, engine.OpList); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
 	f.running++
 	f.maxRunning = max(f.maxRunning, f.running)
 	names := slices.Clone(f.loaded[ep.Host])
+	paths := maps.Clone(f.paths[ep.Host])
 	f.mu.Unlock()
 	select {
 	case f.listStarted <- struct{}{}: // tests that watch lists start read it; others never fill it
@@ -133,7 +181,7 @@ func (f *fakeEngine) ListAdapters(ctx context.Context, ep engine.Endpoint) ([]en
 	slices.Sort(names)
 	out := make([]engine.Adapter, len(names))
 	for i, n := range names {
-		out[i] = engine.Adapter{Name: n}
+		out[i] = engine.Adapter{Name: n, Path: paths[n]}
 	}
 	return out, nil
 }
@@ -144,11 +192,12 @@ func (f *fakeEngine) count(n *int) int {
 	return *n
 }
 
-// load puts an adapter on a host directly, as another client would.
+// load puts an adapter on a host directly, as another client would (from /models/<name>).
 func (f *fakeEngine) load(host, name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loaded[host] = append(f.loaded[host], name)
+	f.setPath(host, name, "/models/"+name)
 }
 
 func fakePod(name, ip string) *corev1.Pod {

@@ -46,6 +46,11 @@ import (
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=loraplane-system
+// The stray loads (unloads deletion gave up on) are kept in one ConfigMap of the controller's
+// own namespace (StrayConfigMapName): create (which RBAC cannot limit by name), and get and
+// update of that one only.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create,namespace=loraplane-system
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;update,resourceNames=adapter-controller-stray-loads,namespace=loraplane-system
 // Leader election records an event on its Lease: the namespaced install (no cluster-wide
 // events rule) needs it here.
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=loraplane-system
@@ -99,8 +104,13 @@ type Options struct {
 	// that restart the controller).
 	SkipNameValidation bool
 	// AIBrix tells whether AIBrix's model-adapter-controller is running; while it is, no
-	// adapter is acted on (both would load and unload the same adapters). Nil: never.
+	// adapter is acted on and no engine is called (both would load and unload the same
+	// adapters). Nil: never.
 	AIBrix *aibrix.Detector
+	// StrayNamespace is the controller's own namespace, where the ConfigMap
+	// StrayConfigMapName keeps the stray loads (unloads deletion gave up on) across restarts
+	// and failovers. Empty: they are kept in memory only.
+	StrayNamespace string
 }
 
 // DefaultOptions returns production defaults.

@@ -59,8 +59,8 @@ func (r *Reconciler) loadPossible(pod *corev1.Pod, a *v1alpha1.ModelAdapter, sch
 }
 
 // holders returns the live pods (with an IP, not terminating) that may hold the adapter:
-// those whose last inventory listing shows it, the status instances and the scheduled pods
-// not listed yet. Only these pods are read from the cache, not every pod of the namespace:
+// those whose last inventory listing shows it from what it may have loaded there
+// (Inventory.PodsListing), the status instances and the scheduled pods not listed yet. Only these pods are read from the cache, not every pod of the namespace:
 // listing (and deep-copying) the whole namespace per reconcile is the controller's largest
 // CPU cost at scale (docs/performance.md). It also returns the scheduled pods that provably
 // do not hold the adapter: gone, or listed without it.
@@ -73,7 +73,7 @@ func (r *Reconciler) holders(ctx context.Context, a *v1alpha1.ModelAdapter, sche
 	for _, n := range a.Status.Instances {
 		names[n] = true
 	}
-	for _, n := range r.inventory.PodsListing(a.Namespace, a.Name) {
+	for _, n := range r.inventory.PodsListing(a) {
 		names[n] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(names)) {

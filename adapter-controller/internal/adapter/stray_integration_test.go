@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,4 +82,56 @@ func TestStraysSwept(t *testing.T) {
 	if got := metricValue(t, "loraplane_adapter_stray_unloads_total", map[string]string{"result": "success"}) - strays; got != 2 {
 		t.Errorf("loraplane_adapter_stray_unloads_total{result=success} grew by %v, want 2", got)
 	}
+}
+
+// TestReusedAddressOfAnotherNamespace: team-a's adapter is loaded, with team-a's engine key
+// from its credentials Secret, on two pods of team-a; one of them goes, and a pod of team-b
+// takes its address, its engine started with an adapter of the same name (from its own path)
+// and no key required. Team-b's engine must keep its adapter and never see team-a's key,
+// however many polls pass: a vacated address is handed over within its namespace only.
+// (Before: every poll listed team-b's engine with team-a's key, and the sweep unloaded
+// team-b's adapter by name.)
+func TestReusedAddressOfAnotherNamespace(t *testing.T) {
+	needEnv(t)
+	ctx := ctxFor(t)
+	nsA, nsB := newNamespace(t), newNamespace(t)
+	ipReused, ipKept := newIP(), newIP()
+	const keyA = "team-a-key"
+	keyed := fakeengine.Options{BaseModel: "reuse-a", APIKey: keyA}
+	eGoing := engine(t, ipReused, 8000, keyed)
+	eKept := engine(t, ipKept, 8000, keyed)
+	modelPod(t, nsA, "a-0", ipReused, modelLabels("reuse-a"))
+	modelPod(t, nsA, "a-1", ipKept, modelLabels("reuse-a"))
+	secret := &corev1.Secret{ObjectMeta: metav1ObjectMeta(nsA, "creds"), StringData: map[string]string{"api-key": keyA}}
+	if err := k8s.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	a := newAdapter(nsA, "lora", "reuse-a", func(a *v1alpha1.ModelAdapter) {
+		a.Spec.CredentialsSecretRef = &corev1.LocalObjectReference{Name: "creds"}
+	})
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on a-0 and a-1", running(2))
+
+	// a-0 goes; b-0 of team-b takes its address.
+	if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1ObjectMeta(nsA, "a-0")}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	eGoing.Close()
+	eB := engine(t, ipReused, 8000, fakeengine.Options{BaseModel: "reuse-b", Preload: map[string]string{"lora": "/models/team-b-lora"}})
+	modelPod(t, nsB, "b-0", ipReused, modelLabels("reuse-b"))
+	waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on a-1 only", running(1))
+
+	// Several polls (each lists a-1): the inventory forgets a-0, keeps its address as
+	// vacated, and would hand it over.
+	listed := eKept.Lists()
+	waitFor(t, 10*inventoryPeriod, "five more inventory listings of a-1", func() bool { return eKept.Lists() >= listed+5 })
+	if got := eB.Loaded(); !slices.Contains(got, "lora") {
+		t.Errorf("team-b's engine holds %v: its own adapter lora was unloaded", got)
+	}
+	if got := eB.KeysSeen(); slices.Contains(got, keyA) {
+		t.Errorf("team-b's engine was sent team-a's key (keys seen: %d distinct)", len(got))
+	}
+	t.Logf("team-b's engine: %v requests, holds %v", eB.Requests(), eB.Loaded())
 }

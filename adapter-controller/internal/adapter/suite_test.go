@@ -72,6 +72,8 @@ func testOptions() *setup.Options {
 	o.Adapter.BaseBackoff = 200 * time.Millisecond
 	o.Adapter.MaxBackoff = time.Second
 	o.Adapter.DeletionRetryLimit = 2
+	// Stray loads are kept in a ConfigMap, as in a cluster (the controller's namespace).
+	o.Adapter.StrayNamespace = "default"
 	o.EngineTimeout = 2 * time.Second
 	o.GracefulShutdownTimeout = 5 * time.Second
 	// AIBrix's Lease is one the tests create when they play AIBrix's controller-manager.

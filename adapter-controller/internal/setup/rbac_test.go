@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/loraplane/loraplane/adapter-controller/internal/adapter"
 	"github.com/loraplane/loraplane/adapter-controller/internal/setup"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 	"github.com/loraplane/loraplane/test/fakeengine"
@@ -70,6 +71,12 @@ func TestRBACMinimal(t *testing.T) {
 		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
 		{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: systemNamespace},
+		// The stray loads' ConfigMap: its own namespace, its own name; no Secret of its own.
+		{Verb: "create", Resource: "configmaps", Namespace: "default"},
+		{Verb: "get", Resource: "configmaps", Namespace: systemNamespace, Name: "other"},
+		{Verb: "update", Resource: "configmaps", Namespace: systemNamespace, Name: "other"},
+		{Verb: "list", Resource: "configmaps", Namespace: systemNamespace},
+		{Verb: "create", Resource: "secrets", Namespace: systemNamespace},
 	}
 	allowed := []testenv.Access{
 		{Verb: "get", Resource: "secrets", Namespace: "default"},
@@ -83,6 +90,9 @@ func TestRBACMinimal(t *testing.T) {
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-model-adapter-controller"},
 		{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: "default"},
+		{Verb: "create", Resource: "configmaps", Namespace: systemNamespace},
+		{Verb: "get", Resource: "configmaps", Namespace: systemNamespace, Name: adapter.StrayConfigMapName},
+		{Verb: "update", Resource: "configmaps", Namespace: systemNamespace, Name: adapter.StrayConfigMapName},
 	}
 	check := func(a testenv.Access, want bool) {
 		got, err := env.Allowed(ctx, systemNamespace, setup.ControllerName, a)

@@ -94,7 +94,7 @@ func runningAIBrix(t *testing.T) *aibrix.Detector {
 	}
 	c := fake.NewClientBuilder().WithObjects(lease).Build()
 	return aibrix.NewDetector(c, []types.NamespacedName{{Namespace: "aibrix-system", Name: "aibrix-controller-manager"}}, "test-router",
-		clocktesting.NewFakePassiveClock(now), 7*time.Second)
+		clocktesting.NewFakeClock(now), 7*time.Second)
 }
 
 func TestReconcileModelTakeOver(t *testing.T) {

@@ -151,6 +151,12 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
 	opts := o.Adapter
 	opts.AIBrix = aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
+	if opts.AIBrix != nil {
+		// Its own readings keep loraplane_aibrix_controller_running current between reconciles.
+		if err := a.Manager.Add(opts.AIBrix); err != nil {
+			return nil, fmt.Errorf("adding the AIBrix detector: %w", err)
+		}
+	}
 	r := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
 		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, opts)
 	if err := r.SetupWithManager(a.Manager); err != nil {

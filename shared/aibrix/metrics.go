@@ -22,7 +22,7 @@ const (
 
 var (
 	running = sharedmetrics.NewGaugeVec("aibrix_controller_running",
-		"1 while a Lease of AIBrix's controllers is held and renewed (or cannot be read for another reason than RBAC): the take-over from AIBrix waits. 0 otherwise; absent when the check is off.",
+		"1 while a Lease of AIBrix's controllers is held and renewed, or cannot be told (its read refused by RBAC, or failing for longer than 3 check periods): the take-over from AIBrix waits. 0 otherwise; absent when the check is off. Read once per check period on every replica.",
 		"controller")
 	takeOvers = sharedmetrics.NewCounterVec("aibrix_takeovers_total",
 		"Take-over steps done on objects AIBrix's controller-manager made: httproute (adopted), referencegrant (AIBrix's reserved grant removed), finalizer (AIBrix's finalizer released).",

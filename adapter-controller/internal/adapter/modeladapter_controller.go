@@ -177,7 +177,7 @@ type Reconciler struct {
 	listSlots *semaphore.Weighted // engine listings in flight
 	deletions *backoffs
 	// aibrixWaits: the adapters told (Warning event) that they wait for AIBrix's
-	// controllers to stop, while they run.
+	// controllers to stop, and in which episode of AIBrix running.
 	aibrixWaits *reportedOnce
 	// prunedOnce: an outdated ModelAdapter CRD was reported.
 	prunedOnce sync.Once

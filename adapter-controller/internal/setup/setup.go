@@ -160,6 +160,12 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	if opts.StrayNamespace == "" {
 		klog.FromContext(ctx).Info("Keeping stray loads in memory only: the controller's namespace is unknown (not in a cluster, no --leader-election-namespace)")
 	}
+	if opts.AIBrix != nil {
+		// Its own readings keep loraplane_aibrix_controller_running current between reconciles.
+		if err := a.Manager.Add(opts.AIBrix); err != nil {
+			return nil, fmt.Errorf("adding the AIBrix detector: %w", err)
+		}
+	}
 	r := adapter.NewReconciler(a.Manager.GetClient(), a.Manager.GetAPIReader(), eng,
 		a.Manager.GetEventRecorder(ControllerName), clock.RealClock{}, opts)
 	if err := r.SetupWithManager(a.Manager); err != nil {

@@ -124,8 +124,10 @@ type modelState struct {
 	// While state is not-accepted: the problem reported and the sources told about it.
 	problem routes.Acceptance
 	warned  map[types.UID]bool
-	// While state is conflict: a take-over waiting for AIBrix's controllers was reported.
+	// While state is conflict: a take-over waiting for AIBrix's controllers was reported,
+	// in this episode of them running (aibrix.Status.Episode).
 	aibrixReported bool
+	aibrixEpisode  uint64
 }
 
 func newRouteStates() *routeStates {
@@ -190,16 +192,16 @@ func (s *routeStates) notAccepted(model string, problem routes.Acceptance, uids 
 }
 
 // waitingForAIBrix records that the adoption of the model's route waits for AIBrix's
-// controllers to stop, and reports whether that is news (to be reported once). The model
-// must be in state conflict.
-func (s *routeStates) waitingForAIBrix(model string) bool {
+// controllers to stop, in their running episode (aibrix.Status.Episode), and reports whether
+// that is news (to be reported once per episode). The model must be in state conflict.
+func (s *routeStates) waitingForAIBrix(model string, episode uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.byModel[model]
-	if m == nil || m.aibrixReported {
+	if m == nil || (m.aibrixReported && m.aibrixEpisode == episode) {
 		return false
 	}
-	m.aibrixReported = true
+	m.aibrixReported, m.aibrixEpisode = true, episode
 	return true
 }
 

@@ -211,7 +211,7 @@ func (r *RouteReconciler) adoptRoute(ctx context.Context, m *modelRoutes) error 
 	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(existing))
 	if st := r.cfg.AIBrix.Check(ctx); st.Running {
 		r.states.set(m.model, RouteStateConflict)
-		if r.states.waitingForAIBrix(m.model) {
+		if r.states.waitingForAIBrix(m.model, st.Episode) {
 			log.Info("Not adopting the route AIBrix's model router made: AIBrix's controllers are running", "reason", st.Reason)
 			r.eventOnSources(m.live, existing, corev1.EventTypeWarning, ReasonAIBrixRunning, ActionSkip,
 				"Not adopting HTTPRoute %s/%s (made by AIBrix's model router) for model %q while AIBrix's controllers run: %s; stop AIBrix's model-route-controller (docs/switching-from-aibrix.md)",

@@ -1,18 +1,23 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
@@ -94,7 +99,17 @@ func runningAIBrix(t *testing.T) *aibrix.Detector {
 	}
 	c := fake.NewClientBuilder().WithObjects(lease).Build()
 	return aibrix.NewDetector(c, []types.NamespacedName{{Namespace: "aibrix-system", Name: "aibrix-controller-manager"}}, "test-router",
-		clocktesting.NewFakePassiveClock(now), 7*time.Second)
+		clocktesting.NewFakeClock(now), 7*time.Second)
+}
+
+// forbiddenAIBrix is a detector whose reads of the Lease are refused by RBAC.
+func forbiddenAIBrix(t *testing.T) *aibrix.Detector {
+	t.Helper()
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+		return apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "aibrix-controller-manager", errors.New("no RBAC"))
+	}}).Build()
+	return aibrix.NewDetector(c, []types.NamespacedName{{Namespace: "aibrix-system", Name: "aibrix-controller-manager"}}, "test-router-forbidden",
+		clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)), 7*time.Second)
 }
 
 func TestReconcileModelTakeOver(t *testing.T) {
@@ -103,13 +118,14 @@ func TestReconcileModelTakeOver(t *testing.T) {
 	collided := qwenBuilt(t, qwenRoute, routes.NotJudged)
 	collided.Annotations[routes.ModelAnnotation] = "qwen2-5-7b-9d7101d42cd9"
 	cases := map[string]struct {
-		objs          []client.Object
-		adoptOff      bool
-		aibrixRunning bool
-		wantWrites    []string
-		wantEvents    []string
-		wantState     RouteState
-		wantRequeue   time.Duration
+		objs            []client.Object
+		adoptOff        bool
+		aibrixRunning   bool
+		aibrixForbidden bool // the Lease cannot be read: whether AIBrix runs is unknown
+		wantWrites      []string
+		wantEvents      []string
+		wantState       RouteState
+		wantRequeue     time.Duration
 	}{
 		"AIBrix's route: adopted in place": {
 			objs:       []client.Object{qwenDeployment("8000"), aibrixMadeRoute(t)},
@@ -124,6 +140,12 @@ func TestReconcileModelTakeOver(t *testing.T) {
 		},
 		"AIBrix's route while AIBrix runs: waits": {
 			objs: []client.Object{qwenDeployment("8000"), aibrixMadeRoute(t)}, aibrixRunning: true,
+			wantEvents:  []string{"Warning AIBrixRunning"},
+			wantState:   RouteStateConflict,
+			wantRequeue: 7 * time.Second,
+		},
+		"AIBrix's route, its Lease forbidden: waits": {
+			objs: []client.Object{qwenDeployment("8000"), aibrixMadeRoute(t)}, aibrixForbidden: true,
 			wantEvents:  []string{"Warning AIBrixRunning"},
 			wantState:   RouteStateConflict,
 			wantRequeue: 7 * time.Second,
@@ -216,6 +238,9 @@ func TestReconcileModelTakeOver(t *testing.T) {
 			if tc.aibrixRunning {
 				r.cfg.AIBrix = runningAIBrix(t)
 			}
+			if tc.aibrixForbidden {
+				r.cfg.AIBrix = forbiddenAIBrix(t)
+			}
 			res, err := r.Reconcile(t.Context(), ModelKey(qwen))
 			if err != nil {
 				t.Fatalf("Reconcile: %v", err)
@@ -261,6 +286,53 @@ func TestAIBrixRunningReportedOnce(t *testing.T) {
 	}
 }
 
+// TestAIBrixRunningReportedOncePerEpisode: while AIBrix runs, the model's waiting adoption
+// is reported once however often it is reconciled; once the detector has seen AIBrix stop
+// and start again (a new episode), it is reported again, even if no reconcile of the model
+// saw AIBrix stopped in between. Readings every 7 s.
+func TestAIBrixRunningReportedOncePerEpisode(t *testing.T) {
+	const period = 7 * time.Second
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	key := types.NamespacedName{Namespace: "aibrix-system", Name: "aibrix-controller-manager"}
+	leases := fake.NewClientBuilder().WithObjects(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("cm-0_1"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: &metav1.MicroTime{Time: clk.Now()}},
+	}).Build()
+	setHolder := func(holder string) {
+		l := &coordinationv1.Lease{}
+		if err := leases.Get(t.Context(), key, l); err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.HolderIdentity = ptr.To(holder)
+		if err := leases.Update(t.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	det := aibrix.NewDetector(leases, []types.NamespacedName{key}, "test-router-episodes", clk, period)
+	r, _, rec := fakeReconciler(t, []client.Object{qwenDeployment("8000"), aibrixMadeRoute(t)}, "", nil)
+	r.cfg.AdoptAIBrix, r.cfg.AIBrix = true, det
+	reconcile := func(n int) int {
+		for range n {
+			if _, err := r.Reconcile(t.Context(), ModelKey(qwen)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(drain(rec))
+	}
+	var got []int
+	got = append(got, reconcile(3))
+	clk.Step(period)
+	setHolder("")
+	det.Check(t.Context()) // the detector's own reading: AIBrix stopped
+	clk.Step(period)
+	setHolder("cm-1_2")
+	got = append(got, reconcile(3))
+	if diff := cmp.Diff([]int{1, 1}, got); diff != "" {
+		t.Errorf("AIBrixRunning events in the first and the second episode (-want +got):\n%s", diff)
+	}
+}
+
 func TestRetireAIBrixGrant(t *testing.T) {
 	aibrixGrantName := routes.AIBrixGrantName(routes.DefaultGatewayNamespace, srcNS)
 	aibrixGrant := func() *gatewayv1beta1.ReferenceGrant {
@@ -281,13 +353,14 @@ func TestRetireAIBrixGrant(t *testing.T) {
 	foreign.Spec.Rules[0].BackendRefs[0].Name = "legacy-app"
 	grantWrite := func(verb, name string) string { return verb + " *v1beta1.ReferenceGrant/" + srcNS + "/" + name }
 	cases := map[string]struct {
-		objs          []client.Object
-		adoptOff      bool
-		aibrixRunning bool
-		wantWrites    []string
-		wantEvents    []string
-		wantKept      float64
-		wantRequeue   time.Duration
+		objs            []client.Object
+		adoptOff        bool
+		aibrixRunning   bool
+		aibrixForbidden bool // the Lease cannot be read: whether AIBrix runs is unknown
+		wantWrites      []string
+		wantEvents      []string
+		wantKept        float64
+		wantRequeue     time.Duration
 	}{
 		"ours admits every Service: AIBrix's deleted": {
 			objs:       []client.Object{ours, grantObj(t, "qwen"), aibrixGrant()},
@@ -317,6 +390,11 @@ func TestRetireAIBrixGrant(t *testing.T) {
 			aibrixRunning: true,
 			wantRequeue:   7 * time.Second,
 		},
+		"AIBrix's Lease forbidden: kept": {
+			objs:            []client.Object{ours, grantObj(t, "qwen"), aibrixGrant()},
+			aibrixForbidden: true,
+			wantRequeue:     7 * time.Second,
+		},
 		"not in AIBrix's shape: never deleted": {
 			objs: func() []client.Object {
 				g := aibrixGrant()
@@ -331,6 +409,9 @@ func TestRetireAIBrixGrant(t *testing.T) {
 			r.cfg.AdoptAIBrix = !tc.adoptOff
 			if tc.aibrixRunning {
 				r.cfg.AIBrix = runningAIBrix(t)
+			}
+			if tc.aibrixForbidden {
+				r.cfg.AIBrix = forbiddenAIBrix(t)
 			}
 			res, err := r.Reconcile(t.Context(), GrantsKey(srcNS))
 			if err != nil {

@@ -256,6 +256,13 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 		return nil, err
 	}
 	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
+	detector := aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
+	if detector != nil {
+		// Its own readings keep loraplane_aibrix_controller_running current between reconciles.
+		if err := a.Manager.Add(detector); err != nil {
+			return nil, fmt.Errorf("adding the AIBrix detector: %w", err)
+		}
+	}
 	r, err := controller.NewRouteReconciler(a.Manager.GetCache(), a.Manager.GetClient(),
 		a.Manager.GetEventRecorder(ControllerName), controller.Config{
 			Routes:                  o.RoutesConfig(),
@@ -265,7 +272,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			GatewayNamespaceRetry:   o.GatewayNamespaceRetry,
 			SkipNameValidation:      o.SkipControllerNameValidation,
 			AdoptAIBrix:             o.AdoptAIBrix,
-			AIBrix:                  aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod),
+			AIBrix:                  detector,
 		})
 	if err != nil {
 		return nil, err

@@ -52,6 +52,10 @@ type Options struct {
 	// Preload lists adapters loaded when the engine starts, by name and path, as vLLM's
 	// --lora-modules does.
 	Preload map[string]string
+	// LoadDelay makes every load take effect this long after its request arrived, whether
+	// or not the client still waits for the answer (as a real engine loading a large
+	// artifact does); the answer follows. The engine's closing ends the wait without loading.
+	LoadDelay time.Duration
 	// OnUnload, when set, is called with the adapter's name by every unload request (engine
 	// or sidecar), before the unload takes effect: tests check what holds at that moment.
 	OnUnload func(name string)

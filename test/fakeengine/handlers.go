@@ -130,6 +130,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 	if !sleep(ctx, f.Hang) {
 		panic(http.ErrAbortHandler) // client gone or engine closed: drop the connection
 	}
+	if rt.op == OpLoad && !sleep(e.ctx, e.opts.LoadDelay) { // the client's leaving does not stop it
+		panic(http.ErrAbortHandler)
+	}
 	var rep reply
 	switch {
 	case f.Status != 0:

@@ -193,6 +193,12 @@ func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, po
 		defer c.mu.Unlock()
 		if err == nil {
 			r.backoff.succeeded(k)
+			if left, pending := r.unanswered.pending(keyOfLoad(a, pod), r.clock.Now()); pending {
+				// An unanswered load may still land: the pod stays recorded, unloaded again
+				// once the load's horizon has passed.
+				p.requeueAfter(left)
+				return
+			}
 			p.unloaded = append(p.unloaded, pod.Name)
 			return
 		}
@@ -366,6 +372,12 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	start := r.clock.Now()
 	method, err := r.sendLoad(ctx, a, pod, ep, req, replace)
 	loadedAt := r.inventory.listings.mark() // listings after this one may show the adapter
+	switch {
+	case err == nil:
+		r.unanswered.answered(keyOfLoad(a, pod))
+	case engine.Unanswered(err):
+		r.unanswered.note(keyOfLoad(a, pod), r.clock.Now().Add(r.opts.EngineLoadTimeout))
+	}
 	if err == nil {
 		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
 	}

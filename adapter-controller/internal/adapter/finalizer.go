@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,6 +85,19 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		})
 	}
 	runBounded(jobs, r.opts.MaxParallelEngineCalls)
+	if len(failed) == 0 {
+		// An unload answered "not loaded" proves nothing while a load that ended without an
+		// answer may still land: unloaded again once its horizon has passed.
+		var wait time.Duration
+		for _, pod := range holding {
+			if left, pending := r.unanswered.pending(keyOfLoad(a, pod), r.clock.Now()); pending && left > wait {
+				wait = left
+			}
+		}
+		if wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+	}
 	if len(failed) > 0 {
 		slices.Sort(failed)
 		n, wait, since := r.deletions.failedSince(k, r.clock.Now(), errors.New(strings.Join(failed, "; ")))

@@ -564,7 +564,7 @@ func TestListingsVerifyEveryLoad(t *testing.T) {
 // the one listing slot lists), and a lying engine is caught.
 func TestLoadSharesVerificationWithinSlots(t *testing.T) {
 	newReconciler := func(f *fakeEngine, slots, listSlots int) *Reconciler {
-		r := &Reconciler{engine: f, clock: clock.RealClock{}, slots: semaphore.NewWeighted(int64(slots)),
+		r := &Reconciler{engine: f, clock: clock.RealClock{}, unanswered: newUnansweredLoads(), slots: semaphore.NewWeighted(int64(slots)),
 			listSlots: semaphore.NewWeighted(int64(listSlots))}
 		r.inventory = NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, r.inventoryHooks())
 		return r

@@ -93,6 +93,9 @@ type Options struct {
 	RetryLimit int
 	// BaseBackoff and MaxBackoff bound the wait between retries per (adapter, pod).
 	BaseBackoff, MaxBackoff time.Duration
+	// EngineLoadTimeout is the engine client's load timeout: a load that ended without an
+	// answer may still take effect on the engine for as long again (unansweredLoads).
+	EngineLoadTimeout time.Duration
 	// NotReadyGracePeriod is how long a pod that holds the adapter may stay not Ready before
 	// the adapter is unloaded from it (0: at once). It is taken out of the EndpointSlice and
 	// status.instances at once either way.
@@ -125,6 +128,7 @@ func DefaultOptions() Options {
 		MaxBackoff:                2 * time.Minute,
 		DeletionRetryLimit:        5,
 		NotReadyGracePeriod:       time.Minute,
+		EngineLoadTimeout:         engine.DefaultLoadTimeout,
 	}
 }
 
@@ -183,6 +187,8 @@ type Reconciler struct {
 	prunedOnce sync.Once
 	// superseded: the adapter versions this process's own writes replaced.
 	superseded *supersededVersions
+	// unanswered: loads that ended without the engine's answer and may still take effect.
+	unanswered *unansweredLoads
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -199,6 +205,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		listSlots:   semaphore.NewWeighted(int64(opts.MaxParallelEngineListings)),
 		aibrixWaits: newReportedOnce(),
 		superseded:  newSupersededVersions(),
+		unanswered:  newUnansweredLoads(),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())
 	RegisterMetrics()
@@ -249,6 +256,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.backoff.forgetAdapter(req.Namespace, req.Name)
 			r.deletions.forgetAdapter(req.Namespace, req.Name)
 			r.superseded.forget(req.NamespacedName)
+			r.unanswered.forgetAdapter(req.Namespace, req.Name)
 			forgetInstances(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}

@@ -75,6 +75,7 @@ func testOptions() *setup.Options {
 	// Stray loads are kept in a ConfigMap, as in a cluster (the controller's namespace).
 	o.Adapter.StrayNamespace = "default"
 	o.EngineTimeout = 2 * time.Second
+	o.Adapter.EngineLoadTimeout = 2 * time.Second
 	o.GracefulShutdownTimeout = 5 * time.Second
 	// AIBrix's Lease is one the tests create when they play AIBrix's controller-manager.
 	o.AIBrixControllerLeases = []string{aibrixLeaseKey.String()}

@@ -95,6 +95,7 @@ type Observer func(engine, op, code string, d time.Duration)
 // Defaults for Options.
 const (
 	DefaultTimeout             = 10 * time.Second
+	DefaultLoadTimeout         = time.Minute
 	DefaultMaxResponseBytes    = 1 << 20
 	DefaultMaxIdleConnsPerHost = 4
 	DefaultIdleConnTimeout     = 90 * time.Second
@@ -107,9 +108,14 @@ const userAgent = "loraplane-adapter-controller"
 
 // Options configure New. The zero value is valid.
 type Options struct {
-	// Timeout bounds each request, from dialling to the end of the body.
-	// Default DefaultTimeout.
+	// Timeout bounds each request, from dialling to the end of the body,
+	// loads excepted. Default DefaultTimeout.
 	Timeout time.Duration
+	// LoadTimeout bounds each load request. An engine answers a load only
+	// once the adapter is loaded, which for a large artifact (or a download
+	// through the runtime sidecar) takes far longer than a listing. Default
+	// DefaultLoadTimeout.
+	LoadTimeout time.Duration
 	// HTTPClient, when set, is used (a copy of it, which never follows
 	// redirects) instead of the default one. Its transport should not use a
 	// proxy: engines are addressed by pod IP. MaxIdleConnsPerHost and
@@ -146,8 +152,8 @@ var _ Client = (*HTTPClient)(nil)
 // New returns an HTTPClient configured by opts.
 func New(opts Options) (*HTTPClient, error) {
 	switch {
-	case opts.Timeout < 0:
-		return nil, fmt.Errorf("engine client: timeout %v is negative", opts.Timeout)
+	case opts.Timeout < 0 || opts.LoadTimeout < 0:
+		return nil, fmt.Errorf("engine client: timeouts %v and %v must not be negative", opts.Timeout, opts.LoadTimeout)
 	case opts.MaxResponseBytes < 0:
 		return nil, fmt.Errorf("engine client: max response bytes %d is negative", opts.MaxResponseBytes)
 	case opts.MaxIdleConnsPerHost < 0:
@@ -159,13 +165,17 @@ func New(opts Options) (*HTTPClient, error) {
 	}
 
 	t := &transport{
-		timeout: opts.Timeout,
-		maxBody: opts.MaxResponseBytes,
-		observe: opts.Observer,
-		now:     opts.Now,
+		timeout:     opts.Timeout,
+		loadTimeout: opts.LoadTimeout,
+		maxBody:     opts.MaxResponseBytes,
+		observe:     opts.Observer,
+		now:         opts.Now,
 	}
 	if t.timeout == 0 {
 		t.timeout = DefaultTimeout
+	}
+	if t.loadTimeout == 0 {
+		t.loadTimeout = DefaultLoadTimeout
 	}
 	if t.maxBody == 0 {
 		t.maxBody = DefaultMaxResponseBytes
@@ -258,11 +268,12 @@ func (c *HTTPClient) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // transport performs one bounded HTTP exchange with an engine.
 type transport struct {
-	http    *http.Client
-	timeout time.Duration
-	maxBody int64
-	observe Observer
-	now     func() time.Time
+	http        *http.Client
+	timeout     time.Duration
+	loadTimeout time.Duration
+	maxBody     int64
+	observe     Observer
+	now         func() time.Time
 }
 
 // call is one request to an engine.
@@ -308,7 +319,11 @@ func (t *transport) do(ctx context.Context, c call) (*reply, error) {
 	}
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(c.ep.Host, strconv.Itoa(c.port)), Path: c.path}
 
-	reqCtx, cancel := context.WithTimeout(ctx, t.timeout)
+	timeout := t.timeout
+	if c.op == OpLoad {
+		timeout = t.loadTimeout
+	}
+	reqCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(reqCtx, c.method, u.String(), payload)
 	if err != nil {

@@ -145,6 +145,28 @@ func ReasonOf(err error) Reason {
 	return ""
 }
 
+// Unanswered reports whether err ended a request that may have reached the engine without
+// its answer (a timeout, a cancellation, a connection cut after sending): the operation may
+// still take effect on the engine. A refused or unroutable connection sent nothing.
+func Unanswered(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.Status != 0 {
+		return false
+	}
+	switch e.Reason {
+	case ReasonEngineTimeout, ReasonEngineRequestCanceled:
+		return true
+	case ReasonEngineUnreachable:
+		for _, notSent := range []error{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
+			if errors.Is(e.Err, notSent) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // transportError classifies a failure to get (or finish reading) an HTTP
 // answer. reqCtx is the per-request context: its state is authoritative,
 // because a deadline that fired mid-dial may surface as any network error.

@@ -126,7 +126,7 @@ func TestTimeout(t *testing.T) {
 			// handler can hold Close up.
 			t.Cleanup(func() { close(release) })
 			var obs observations
-			c := newTestClient(t, Options{Timeout: timeout, Observer: obs.observe})
+			c := newTestClient(t, Options{Timeout: timeout, LoadTimeout: timeout, Observer: obs.observe})
 
 			start := time.Now()
 			err := o.run(context.Background(), c, f.endpoint(t, KindVLLM, ""))
@@ -134,6 +134,9 @@ func TestTimeout(t *testing.T) {
 
 			if diff := cmp.Diff(&errView{Reason: ReasonEngineTimeout, Retryable: true}, reasonView(err)); diff != "" {
 				t.Errorf("Error mismatch (-want +got):\n%s\nerror: %v", diff, err)
+			}
+			if !Unanswered(err) {
+				t.Errorf("Unanswered(%v) = false: a timed-out request may still take effect", err)
 			}
 			// Far below DefaultTimeout: the configured timeout applied.
 			if elapsed < timeout || elapsed > timeout+2*time.Second {
@@ -290,6 +293,9 @@ func TestConnectionRefused(t *testing.T) {
 				if !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Errorf("errors.Is(%v, ECONNREFUSED) = false, want true", err)
 				}
+				if Unanswered(err) {
+					t.Errorf("Unanswered(%v) = true: a refused connection sent nothing", err)
+				}
 				if diff := cmp.Diff([]observation{{Engine: string(kind), Op: o.name, Code: CodeUnreachable}},
 					obs.list(), cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".D" }, cmp.Ignore())); diff != "" {
 					t.Errorf("Observations mismatch (-want +got):\n%s", diff)
@@ -315,6 +321,33 @@ func TestConnectionClosedByEngine(t *testing.T) {
 	want := &errView{Reason: ReasonEngineUnreachable, Message: "the engine closed the connection", Retryable: true}
 	if diff := cmp.Diff(want, viewOf(err)); diff != "" {
 		t.Errorf("Error mismatch (-want +got):\n%s\nerror: %v", diff, err)
+	}
+	if !Unanswered(err) {
+		t.Errorf("Unanswered(%v) = false: the request was sent and not answered", err)
+	}
+}
+
+// TestLoadTimeoutIsSeparate: loads wait up to LoadTimeout, everything else up to Timeout.
+// (Before: one timeout for all, 10 s by default, which large loads exceed.)
+func TestLoadTimeoutIsSeparate(t *testing.T) {
+	slow := func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(400 * time.Millisecond)
+		answer(200, textType, "Success")(w, r)
+	}
+	f := newFakeEngine(t, map[string]http.HandlerFunc{
+		"POST /v1/load_lora_adapter": slow,
+		"GET /v1/models": func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(400 * time.Millisecond)
+			answer(200, jsonType, `{"data":[]}`)(w, r)
+		},
+	})
+	c := newTestClient(t, Options{Timeout: 100 * time.Millisecond, LoadTimeout: 5 * time.Second})
+	ep := f.endpoint(t, KindVLLM, "")
+	if err := c.Load(context.Background(), ep, LoadRequest{Name: "sql-lora", ArtifactURL: "hf://org/sql-lora"}); err != nil {
+		t.Errorf("a load of 400 ms with a 5 s load timeout: %v", err)
+	}
+	if _, err := c.ListAdapters(context.Background(), ep); ReasonOf(err) != ReasonEngineTimeout {
+		t.Errorf("a listing of 400 ms with a 100 ms timeout: %v, want %s", err, ReasonEngineTimeout)
 	}
 }
 

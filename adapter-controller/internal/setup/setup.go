@@ -73,7 +73,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Adapter.BaseBackoff, "load-backoff-base", o.Adapter.BaseBackoff, "First wait after a failed load or unload on a pod; doubles per failure.")
 	fs.DurationVar(&o.Adapter.MaxBackoff, "load-backoff-max", o.Adapter.MaxBackoff, "Longest wait between retries on a pod.")
 	fs.IntVar(&o.Adapter.DeletionRetryLimit, "deletion-retry-limit", o.Adapter.DeletionRetryLimit, "Unload attempts on deletion before the finalizer is released anyway (with a Warning event).")
-	fs.DurationVar(&o.EngineTimeout, "engine-timeout", o.EngineTimeout, "Timeout of one engine HTTP request.")
+	fs.DurationVar(&o.EngineTimeout, "engine-timeout", o.EngineTimeout, "Timeout of one engine HTTP request other than a load (listings, unloads).")
+	fs.DurationVar(&o.Adapter.EngineLoadTimeout, "engine-load-timeout", o.Adapter.EngineLoadTimeout, "Timeout of one engine load request (the engine answers once the adapter is loaded: large artifacts and downloads through the runtime sidecar take long). A load that ended without an answer is taken as possibly landing for as long again.")
 	fs.BoolVar(&o.DeleteAllAdapters, "delete-all-adapters", o.DeleteAllAdapters, "Do not run the controller: delete every ModelAdapter (in --watch-namespace, else in all namespaces), "+
 		"wait until a running adapter-controller has unloaded them and released their finalizers, then exit (an uninstall's first step).")
 	fs.DurationVar(&o.CleanupTimeout, "cleanup-timeout", o.CleanupTimeout, "How long --delete-all-adapters waits for the finalizers before failing with the adapters left.")
@@ -90,6 +91,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EngineTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--engine-timeout must be positive, got %s", o.EngineTimeout))
+	}
+	if o.Adapter.EngineLoadTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--engine-load-timeout must be positive, got %s", o.Adapter.EngineLoadTimeout))
 	}
 	if err := o.Adapter.Validate(); err != nil {
 		errs = append(errs, err)
@@ -147,7 +151,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	if err := a.Gate.Register(ctx, Resources()...); err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(engine.Options{Timeout: o.EngineTimeout, Observer: adapter.ObserveEngineRequest})
+	eng, err := engine.New(engine.Options{Timeout: o.EngineTimeout, LoadTimeout: o.Adapter.EngineLoadTimeout, Observer: adapter.ObserveEngineRequest})
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 	o.HealthProbeBindAddress = testenv.FreeAddr()
 	o.Adapter.InventoryPeriod = time.Second
 	o.EngineTimeout = 2 * time.Second
+	o.Adapter.EngineLoadTimeout = 2 * time.Second
 	o.GracefulShutdownTimeout = 5 * time.Second
 	o.AIBrixControllerLeases = nil
 	ctx, cancel := context.WithCancel(context.Background())

@@ -362,6 +362,12 @@ func runBounded(jobs []func(), limit int) {
 	wg.Wait()
 }
 
+// endpoint is how the pod's engine is reached, with apiKey (--enable-runtime-sidecar says
+// whether through the AIBrix runtime sidecar).
+func (r *Reconciler) endpoint(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) {
+	return engine.EndpointForPod(pod, apiKey, engine.EndpointOptions{RuntimeSidecar: r.opts.RuntimeSidecar})
+}
+
 // acquire takes one of the global engine call slots (loads and unloads).
 func (r *Reconciler) acquire(ctx context.Context) error { return r.slots.Acquire(ctx, 1) }
 
@@ -375,7 +381,8 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 			key, _, err := r.credentials(ctx, a)
 			return key, err
 		},
-		acquire: r.acquire, release: r.release,
+		endpoint: r.endpoint,
+		acquire:  r.acquire, release: r.release,
 		acquireList:   func(ctx context.Context) error { return r.listSlots.Acquire(ctx, 1) },
 		releaseList:   func() { r.listSlots.Release(1) },
 		aibrixRunning: func(ctx context.Context) bool { return r.opts.AIBrix.Check(ctx).Running },
@@ -392,7 +399,7 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 // listing of the pod that starts after the load returned, shared with the other loads onto
 // the pod meanwhile (the listing takes a slot of its own).
 func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, p *pass, replace bool) error {
-	ep, err := engine.EndpointForPod(pod, p.apiKey)
+	ep, err := r.endpoint(pod, p.apiKey)
 	if err != nil {
 		return err
 	}
@@ -505,7 +512,7 @@ func (r *Reconciler) verify(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 // unload removes the adapter from one pod; "not loaded" counts as success. The caller
 // reports the outcome (one event per pass, reportUnloads).
 func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, apiKey string) error {
-	ep, err := engine.EndpointForPod(pod, apiKey)
+	ep, err := r.endpoint(pod, apiKey)
 	if err != nil {
 		return err
 	}

@@ -145,7 +145,7 @@ func (r *Reconciler) loadedPath(pod *corev1.Pod, a *v1alpha1.ModelAdapter) strin
 	if path, loaded, known := r.inventory.Served(pod, a.Name); known && loaded && path != "" {
 		return path
 	}
-	ep, err := engine.EndpointForPod(pod, "")
+	ep, err := r.endpoint(pod, "")
 	if err != nil || !engine.ListsLoadPath(ep.Kind) {
 		return ""
 	}

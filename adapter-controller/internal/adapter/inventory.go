@@ -44,6 +44,8 @@ type Inventory struct {
 	// aibrixRunning tells whether AIBrix's controllers run: then no engine is called.
 	aibrixRunning func(ctx context.Context) bool
 	store         *strayStore // nil: the stray loads are kept in memory only
+	// podEndpoint is how a pod's engine is reached (through the runtime sidecar or not).
+	podEndpoint func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error)
 	// acquire and release bound each unload with the reconciler's engine call slots,
 	// acquireList and releaseList each listing with its listing slots.
 	acquire, acquireList func(ctx context.Context) error
@@ -108,6 +110,7 @@ type verifiedLoad struct {
 // inventoryHooks connect the inventory to the reconciler.
 type inventoryHooks struct {
 	apiKey               func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
+	endpoint             func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) // nil: the runtime sidecar driven
 	acquire, acquireList func(ctx context.Context) error
 	release, releaseList func()
 	aibrixRunning        func(ctx context.Context) bool // nil: never
@@ -118,7 +121,7 @@ type inventoryHooks struct {
 func NewInventory(c engine.Client, reader client.Reader, period time.Duration, parallel int, clk clock.WithTicker, hooks inventoryHooks) *Inventory {
 	i := &Inventory{
 		engine: c, reader: reader, period: period, parallel: max(parallel, 1), clock: clk,
-		apiKey: hooks.apiKey, acquire: hooks.acquire, release: hooks.release,
+		apiKey: hooks.apiKey, podEndpoint: hooks.endpoint, acquire: hooks.acquire, release: hooks.release,
 		acquireList: hooks.acquireList, releaseList: hooks.releaseList,
 		aibrixRunning: hooks.aibrixRunning, store: hooks.store,
 		events:   make(chan event.GenericEvent, 1024),
@@ -129,6 +132,11 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 	}
 	if i.aibrixRunning == nil {
 		i.aibrixRunning = func(context.Context) bool { return false }
+	}
+	if i.podEndpoint == nil {
+		i.podEndpoint = func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) {
+			return engine.EndpointForPod(pod, apiKey, engine.EndpointOptions{RuntimeSidecar: true})
+		}
 	}
 	i.listings = newListings(i.list, func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64) {
 		i.recordListing(pod, ep, adapters, seq, false)
@@ -592,7 +600,7 @@ func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget
 	case t.strays:
 		apiKey = i.strayKey(ctx, pod, keys)
 	}
-	ep, err := engine.EndpointForPod(pod, apiKey)
+	ep, err := i.podEndpoint(pod, apiKey)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("Skipping a pod that cannot be addressed", "pod", klog.KObj(pod), "err", err.Error())
 		return engine.Endpoint{}, false

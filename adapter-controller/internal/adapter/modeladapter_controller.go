@@ -107,6 +107,10 @@ type Options struct {
 	// adapter is acted on and no engine is called (both would load and unload the same
 	// adapters). Nil: never.
 	AIBrix *aibrix.Detector
+	// RuntimeSidecar drives the AIBrix runtime sidecar of pods that have one (a container
+	// named aibrix-runtime), as AIBrix's --enable-runtime-sidecar does; otherwise engines are
+	// loaded through their own API.
+	RuntimeSidecar bool
 	// StrayNamespace is the controller's own namespace, where the ConfigMap
 	// StrayConfigMapName keeps the stray loads (unloads deletion gave up on) across restarts
 	// and failovers. Empty: they are kept in memory only.
@@ -125,6 +129,7 @@ func DefaultOptions() Options {
 		MaxBackoff:                2 * time.Minute,
 		DeletionRetryLimit:        5,
 		NotReadyGracePeriod:       time.Minute,
+		RuntimeSidecar:            true,
 	}
 }
 

@@ -149,6 +149,7 @@ func (r *Reconciler) planLoad(ctx context.Context, p *pass, c *engineCalls, pod 
 			}
 			return
 		}
+		r.forgetCredentials(a, err)
 		n, wait := r.backoff.failed(k, r.clock.Now(), err)
 		r.noteLoadFailure(p, pod, err, n, wait, replace)
 		if n == 1 || n == r.opts.RetryLimit {

@@ -188,6 +188,8 @@ type Reconciler struct {
 	prunedOnce sync.Once
 	// superseded: the adapter versions this process's own writes replaced.
 	superseded *supersededVersions
+	// secrets: the credentials Secrets read in the last secretTTL.
+	secrets *secretCache
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -204,6 +206,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		listSlots:   semaphore.NewWeighted(int64(opts.MaxParallelEngineListings)),
 		aibrixWaits: newReportedOnce(),
 		superseded:  newSupersededVersions(),
+		secrets:     newSecretCache(apiReader, clk),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())
 	RegisterMetrics()

@@ -323,7 +323,7 @@ func (i *Inventory) Start(ctx context.Context) error {
 // pollTarget is one pod the poll lists, and why.
 type pollTarget struct {
 	instanceOf []*v1alpha1.ModelAdapter // adapters expecting to be loaded there
-	keyOf      *v1alpha1.ModelAdapter   // an adapter recording the pod: its API key lists it
+	keysOf     []*v1alpha1.ModelAdapter // the adapters recording the pod: the first API key that reads lists it
 	strays     bool                     // the pod may hold stray loads
 }
 
@@ -422,9 +422,8 @@ func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.Namespaced
 				recorded[key] = &recordedPod{by: map[string]recordedBy{}}
 			}
 			recorded[key].by[a.Name] = by
-			if t := target(key); t.keyOf == nil { // keep knowing what every recorded pod holds
-				t.keyOf = a
-			}
+			t := target(key) // keep knowing what every recorded pod holds
+			t.keysOf = append(t.keysOf, a)
 		}
 		if a.DeletionTimestamp != nil {
 			continue
@@ -585,18 +584,24 @@ func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 }
 
 // endpoint is how the poll reaches the pod: with the API key of an adapter of its namespace
-// recording it, else the key its stray loads were made with there (strayKey), else none. A
-// pod it cannot address is skipped (and logged): the reconciles of its adapters report why.
+// recording it (the first whose key can be read: one adapter's missing Secret does not keep
+// the pod from being listed for the others), else the key its stray loads were made with
+// there (strayKey), else none. A pod it cannot address is skipped (and logged): the
+// reconciles of its adapters report why.
 func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget, keys *apiKeys) (engine.Endpoint, bool) {
 	apiKey := ""
 	switch {
-	case t.keyOf != nil:
-		key, err := keys.of(ctx, t.keyOf)
+	case len(t.keysOf) > 0:
+		var err error
+		for _, a := range t.keysOf {
+			if apiKey, err = keys.of(ctx, a); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			klog.FromContext(ctx).V(4).Info("Skipping a pod: no API key", "pod", klog.KObj(pod), "err", err.Error())
 			return engine.Endpoint{}, false
 		}
-		apiKey = key
 	case t.strays:
 		apiKey = i.strayKey(ctx, pod, keys)
 	}

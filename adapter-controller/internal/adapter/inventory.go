@@ -99,6 +99,22 @@ type podInventory struct {
 	// entry itself (an unload). A listing that started before either says less than the
 	// entry already knows, and is not recorded.
 	listedSeq, changedAt uint64
+	// restarts is the pod's container restart count (podRestarts) when it was listed: an
+	// engine that restarted since has lost its runtime adapters, and the listing says
+	// nothing any more.
+	restarts int32
+}
+
+// podRestarts is the sum of the restart counts of the pod's containers (native sidecars
+// included): it changes whenever a container of the pod restarts.
+func podRestarts(pod *corev1.Pod) int32 {
+	var n int32
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for _, c := range statuses {
+			n += c.RestartCount
+		}
+	}
+	return n
 }
 
 // verifiedLoad is a load this process made and verified on a pod.
@@ -156,11 +172,20 @@ func (i *Inventory) Served(pod *corev1.Pod, adapter string) (path string, loaded
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	p, ok := i.pods[client.ObjectKeyFromObject(pod)]
-	if !ok || p.uid != pod.UID {
+	if !ok || p.uid != pod.UID || p.restarts != podRestarts(pod) {
 		return "", false, false
 	}
 	path, loaded = p.adapters[adapter]
 	return path, loaded, true
+}
+
+// RestartedSinceListed reports whether a container of the pod restarted after its last
+// listing: what the engine held then may be gone.
+func (i *Inventory) RestartedSinceListed(pod *corev1.Pod) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, ok := i.pods[client.ObjectKeyFromObject(pod)]
+	return ok && p.uid == pod.UID && p.restarts != podRestarts(pod)
 }
 
 // PodsListing returns the names of the pods of the adapter's namespace whose last listing
@@ -238,7 +263,7 @@ func (i *Inventory) recordListing(pod *corev1.Pod, ep engine.Endpoint, adapters 
 			}
 		}
 	}
-	i.pods[key] = &podInventory{uid: pod.UID, ip: pod.Status.PodIP, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq}
+	i.pods[key] = &podInventory{uid: pod.UID, ip: pod.Status.PodIP, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq, restarts: podRestarts(pod)}
 }
 
 // noteArtifact records the artifact a verified load of the adapter put on the pod.

@@ -139,10 +139,15 @@ func recordedPods(a *v1alpha1.ModelAdapter) map[string]bool {
 
 // loadConfirmed reports whether the adapter is known to be loaded on the pod: the engine's
 // last listing when there is one for this pod, else the adapter's status, whose instances
-// were verified when it was written.
+// were verified when it was written. Neither counts once a container of the pod restarted
+// after the last listing (an engine restart loses its runtime adapters): the load is sent
+// again ("already loaded" is a success) and verified.
 func (r *Reconciler) loadConfirmed(pod *corev1.Pod, a *v1alpha1.ModelAdapter) bool {
 	if loaded, listed := r.inventory.Loaded(pod, a.Name); listed {
 		return loaded
+	}
+	if r.inventory.RestartedSinceListed(pod) {
+		return false
 	}
 	return slices.Contains(a.Status.Instances, pod.Name)
 }

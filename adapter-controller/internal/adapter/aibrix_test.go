@@ -2,7 +2,6 @@ package adapter
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,31 +94,10 @@ func TestAIBrixRunningReportedOncePerEpisode(t *testing.T) {
 				t.Fatalf("%s: Reconcile: %v", s.name, err)
 			}
 		}
-		got = append(got, countReason(drainEvents(rec), ReasonAIBrixRunning))
+		byReason, _ := drainEvents(rec)
+		got = append(got, byReason[ReasonAIBrixRunning])
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("AIBrixRunning events per step (-want +got):\n%s", diff)
 	}
-}
-
-func drainEvents(rec *events.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
-
-func countReason(evs []string, reason string) int {
-	n := 0
-	for _, e := range evs {
-		if strings.Contains(e, " "+reason+" ") {
-			n++
-		}
-	}
-	return n
 }

@@ -26,7 +26,7 @@ func (r *Reconciler) servedArtifact(pod *corev1.Pod, a *v1alpha1.ModelAdapter) (
 			recorded = ia.ArtifactURL
 		}
 	}
-	ep, epErr := engine.EndpointForPod(pod, "")
+	ep, epErr := r.endpoint(pod, "")
 	listsPath := epErr == nil && engine.ListsLoadPath(ep.Kind)
 	if artifact, ok := r.inventory.Artifact(pod, a.Name); ok {
 		// What this process verified holds while the engine lists the path it loaded; a

@@ -56,7 +56,7 @@ func TestServedArtifact(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			r := &Reconciler{inventory: NewInventory(nil, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{})}
+			r := &Reconciler{opts: DefaultOptions(), inventory: NewInventory(nil, nil, time.Minute, 1, clock.RealClock{}, inventoryHooks{})}
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p0", UID: "uid-p0"},
 				Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "engine"}}},
 				Status: corev1.PodStatus{PodIP: "127.0.40.1"}}

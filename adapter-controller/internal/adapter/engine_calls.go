@@ -19,6 +19,7 @@ import (
 
 	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/text"
 )
 
 // syncEngines loads the adapter where it should be and is not, reloads it where it serves
@@ -56,6 +57,7 @@ func (r *Reconciler) syncEngines(ctx context.Context, p *pass) {
 		}
 	}
 	r.reportLoads(p.adapter, c)
+	r.reportUnloads(p.adapter, p.unloaded, c.unloadFailed)
 }
 
 // engineCalls collects the engine calls of one pass and what they did.
@@ -63,8 +65,11 @@ type engineCalls struct {
 	mu                    sync.Mutex // guards the pass and the lists below while jobs run
 	jobs                  []func()   // run on at most MaxParallelEngineCalls goroutines
 	newlyLoaded, reloaded []string
-	outdated              []*corev1.Pod   // instances serving an earlier artifact, kept serving for now
-	serving               map[string]bool // in the EndpointSlice, as of the last pass
+	// loadFailed, reloadFailed and unloadFailed are the failures to report: a load's first
+	// and its RetryLimit-th (not every retry), and every unload's.
+	loadFailed, reloadFailed, unloadFailed []podFailure
+	outdated                               []*corev1.Pod   // instances serving an earlier artifact, kept serving for now
+	serving                                map[string]bool // in the EndpointSlice, as of the last pass
 }
 
 // findHolders finds the live pods that may hold the adapter and are not desired (to unload
@@ -144,15 +149,16 @@ func (r *Reconciler) planLoad(ctx context.Context, p *pass, c *engineCalls, pod 
 			}
 			return
 		}
+		r.forgetCredentials(a, err)
 		n, wait := r.backoff.failed(k, r.clock.Now(), err)
 		r.noteLoadFailure(p, pod, err, n, wait, replace)
 		if n == 1 || n == r.opts.RetryLimit {
-			reason := ReasonLoadFailed
+			f := podFailure{pod: pod.Name, attempt: n, err: err}
 			if replace {
-				reason = ReasonReloadFailed
+				c.reloadFailed = append(c.reloadFailed, f)
+			} else {
+				c.loadFailed = append(c.loadFailed, f)
 			}
-			r.recorder.Eventf(a, pod, corev1.EventTypeWarning, reason, "Load",
-				"Loading %s on pod %s failed (attempt %d): %v", a.Spec.ArtifactURL, pod.Name, n, err)
 		}
 	})
 }
@@ -202,7 +208,8 @@ func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, po
 			p.unloaded = append(p.unloaded, pod.Name)
 			return
 		}
-		_, wait := r.backoff.failed(k, r.clock.Now(), err)
+		n, wait := r.backoff.failed(k, r.clock.Now(), err)
+		c.unloadFailed = append(c.unloadFailed, podFailure{pod: pod.Name, attempt: n, err: err})
 		p.requeueAfter(wait)
 	})
 }
@@ -250,22 +257,65 @@ func (r *Reconciler) advanceRollout(ctx context.Context, p *pass, outdated []*co
 	p.requeueAfter(time.Second) // the status write enqueues it sooner; this is the bound
 }
 
-// reportLoads writes one event per pass for the loads and one for the reloads, not one per
-// pod: loading on N pods costs one API write, not N. An adapter's first placement that goes
-// as planned gets no event: the status says it (Bound, with its transition time), and an
-// event would be a fifth API write on the way to Running (docs/performance.md). Loads after
-// that (scale-out, a lost instance replaced, success after failures) are events.
+// reportLoads writes one event per pass and reason for the loads, the reloads and their
+// failures, not one per pod: loading on N pods costs one API write, not N. An adapter's
+// first placement that goes as planned gets no event: the status says it (Bound, with its
+// transition time), and an event would be a fifth API write on the way to Running
+// (docs/performance.md). Loads after that (scale-out, a lost instance replaced, success
+// after failures) are events.
 func (r *Reconciler) reportLoads(a *v1alpha1.ModelAdapter, c *engineCalls) {
 	if len(c.newlyLoaded) > 0 && !firstPlacement(a) {
 		slices.Sort(c.newlyLoaded)
-		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonLoaded, "Load", "Loaded and verified on %d pods: %s",
-			len(c.newlyLoaded), summarize(c.newlyLoaded, 10))
+		r.event(a, corev1.EventTypeNormal, ReasonLoaded, "Load", fmt.Sprintf("Loaded and verified on %d pods: %s",
+			len(c.newlyLoaded), summarize(c.newlyLoaded, 10)))
 	}
 	if len(c.reloaded) > 0 {
 		slices.Sort(c.reloaded)
-		r.recorder.Eventf(a, nil, corev1.EventTypeNormal, ReasonReloaded, "Load", "Reloaded %s and verified on %d pods: %s",
-			a.Spec.ArtifactURL, len(c.reloaded), summarize(c.reloaded, 10))
+		r.event(a, corev1.EventTypeNormal, ReasonReloaded, "Load", fmt.Sprintf("Reloaded %s and verified on %d pods: %s",
+			a.Spec.ArtifactURL, len(c.reloaded), summarize(c.reloaded, 10)))
 	}
+	r.reportFailures(a, ReasonLoadFailed, "Load", "Loading "+a.Spec.ArtifactURL, c.loadFailed)
+	r.reportFailures(a, ReasonReloadFailed, "Load", "Reloading "+a.Spec.ArtifactURL, c.reloadFailed)
+}
+
+// reportUnloads writes one event for the unloads of a pass and one for its failed unloads,
+// naming the pods.
+func (r *Reconciler) reportUnloads(a *v1alpha1.ModelAdapter, unloaded []string, failed []podFailure) {
+	if len(unloaded) > 0 {
+		names := slices.Sorted(slices.Values(unloaded))
+		r.event(a, corev1.EventTypeNormal, ReasonUnloaded, "Unload", fmt.Sprintf("Unloaded from %d pods: %s", len(names), summarize(names, 10)))
+	}
+	r.reportFailures(a, ReasonUnloadFailed, "Unload", "Unloading", failed)
+}
+
+// podFailure is a failed engine call on a pod, the attempt-th in a row.
+type podFailure struct {
+	pod     string
+	attempt int
+	err     error
+}
+
+// reportFailures writes one Warning event for the failures of one reason in a pass: how
+// many pods, and the first few with their errors.
+func (r *Reconciler) reportFailures(a *v1alpha1.ModelAdapter, reason, action, what string, failed []podFailure) {
+	if len(failed) == 0 {
+		return
+	}
+	slices.SortFunc(failed, func(x, y podFailure) int { return cmp.Compare(x.pod, y.pod) })
+	parts := make([]string, len(failed))
+	for i, f := range failed {
+		parts[i] = fmt.Sprintf("pod %s (attempt %d): %v", f.pod, f.attempt, f.err)
+	}
+	r.event(a, corev1.EventTypeWarning, reason, action, fmt.Sprintf("%s failed on %d pods: %s", what, len(failed), summarizeSep(parts, 3, "; ")))
+}
+
+// maxEventNote is the longest event message the API server accepts (the events.k8s.io/v1
+// note): a longer one is refused, and the event lost.
+const maxEventNote = 1024
+
+// event records an event on the adapter, its message cut to what the API server accepts.
+func (r *Reconciler) event(a *v1alpha1.ModelAdapter, eventType, reason, action, msg string) {
+	r.recorder.Eventf(a, nil, eventType, reason, action, "%s", text.Truncate(msg, maxEventNote-len("…")))
 }
 
 // firstPlacement reports whether the adapter, as read at the start of the pass, has never
@@ -289,11 +339,14 @@ func (r *Reconciler) givesUp(err error, failures int) bool {
 }
 
 // summarize lists at most n names and says how many more there are.
-func summarize(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
+func summarize(names []string, n int) string { return summarizeSep(names, n, ", ") }
+
+// summarizeSep is summarize with items joined by sep.
+func summarizeSep(items []string, n int, sep string) string {
+	if len(items) <= n {
+		return strings.Join(items, sep)
 	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], sep), len(items)-n)
 }
 
 // runBounded runs the jobs on at most limit goroutines and returns when all are done. The
@@ -316,6 +369,12 @@ func runBounded(jobs []func(), limit int) {
 	wg.Wait()
 }
 
+// endpoint is how the pod's engine is reached, with apiKey (--enable-runtime-sidecar says
+// whether through the AIBrix runtime sidecar).
+func (r *Reconciler) endpoint(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) {
+	return engine.EndpointForPod(pod, apiKey, engine.EndpointOptions{RuntimeSidecar: r.opts.RuntimeSidecar})
+}
+
 // acquire takes one of the global engine call slots (loads and unloads).
 func (r *Reconciler) acquire(ctx context.Context) error { return r.slots.Acquire(ctx, 1) }
 
@@ -329,7 +388,8 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 			key, _, err := r.credentials(ctx, a)
 			return key, err
 		},
-		acquire: r.acquire, release: r.release,
+		endpoint: r.endpoint,
+		acquire:  r.acquire, release: r.release,
 		acquireList:   func(ctx context.Context) error { return r.listSlots.Acquire(ctx, 1) },
 		releaseList:   func() { r.listSlots.Release(1) },
 		aibrixRunning: func(ctx context.Context) bool { return r.opts.AIBrix.Check(ctx).Running },
@@ -346,7 +406,7 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 // listing of the pod that starts after the load returned, shared with the other loads onto
 // the pod meanwhile (the listing takes a slot of its own).
 func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, p *pass, replace bool) error {
-	ep, err := engine.EndpointForPod(pod, p.apiKey)
+	ep, err := r.endpoint(pod, p.apiKey)
 	if err != nil {
 		return err
 	}
@@ -462,9 +522,10 @@ func (r *Reconciler) verify(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 	return nil
 }
 
-// unload removes the adapter from one pod; "not loaded" counts as success.
+// unload removes the adapter from one pod; "not loaded" counts as success. The caller
+// reports the outcome (one event per pass, reportUnloads).
 func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, apiKey string) error {
-	ep, err := engine.EndpointForPod(pod, apiKey)
+	ep, err := r.endpoint(pod, apiKey)
 	if err != nil {
 		return err
 	}
@@ -474,12 +535,10 @@ func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 	defer r.release()
 	if err := r.engine.Unload(ctx, ep, a.Name); err != nil {
 		recordUnload(err)
-		r.recorder.Eventf(a, pod, corev1.EventTypeWarning, ReasonUnloadFailed, "Unload", "Unloading from pod %s failed: %v", pod.Name, err)
 		return err
 	}
 	recordUnload(nil)
 	r.inventory.forgetAdapter(pod, a.Name)
 	klog.FromContext(ctx).V(2).Info("Unloaded adapter", "pod", klog.KObj(pod))
-	r.recorder.Eventf(a, pod, corev1.EventTypeNormal, ReasonUnloaded, "Unload", "Unloaded from pod %s", pod.Name)
 	return nil
 }

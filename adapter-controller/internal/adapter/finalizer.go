@@ -3,6 +3,7 @@ package adapter
 // Deletion: unloading a deleted adapter everywhere it may be, then releasing the finalizers.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,19 +70,23 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 	}
 	klog.FromContext(ctx).V(2).Info("Unloading a deleted adapter", "pods", names, "gonePods", gone)
 	var (
-		mu     sync.Mutex
-		jobs   []func()
-		failed []string
-		left   []*corev1.Pod
+		mu       sync.Mutex
+		jobs     []func()
+		failed   []podFailure
+		unloaded []string
+		left     []*corev1.Pod
 	)
 	for _, pod := range holding {
 		jobs = append(jobs, func() {
-			if err := r.unload(ctx, a, pod, keyFor(pod)); err != nil {
-				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s (%v)", pod.Name, err))
+			err := r.unload(ctx, a, pod, keyFor(pod))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, podFailure{pod: pod.Name, err: err})
 				left = append(left, pod)
-				mu.Unlock()
+				return
 			}
+			unloaded = append(unloaded, pod.Name)
 		})
 	}
 	runBounded(jobs, r.opts.MaxParallelEngineCalls)
@@ -97,10 +102,18 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		if wait > 0 {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
-	}
-	if len(failed) > 0 {
-		slices.Sort(failed)
-		n, wait, since := r.deletions.failedSince(k, r.clock.Now(), errors.New(strings.Join(failed, "; ")))
+		r.reportUnloads(a, unloaded, nil)
+	} else {
+		slices.SortFunc(failed, func(x, y podFailure) int { return cmp.Compare(x.pod, y.pod) })
+		each := make([]string, len(failed))
+		for i, f := range failed {
+			each[i] = fmt.Sprintf("%s (%v)", f.pod, f.err)
+		}
+		n, wait, since := r.deletions.failedSince(k, r.clock.Now(), errors.New(strings.Join(each, "; ")))
+		for i := range failed {
+			failed[i].attempt = n
+		}
+		r.reportUnloads(a, unloaded, failed)
 		if n < r.opts.DeletionRetryLimit || since < r.opts.MinDeletionWait() {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
@@ -115,8 +128,9 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		case err != nil:
 			return reconcile.Result{}, fmt.Errorf("recording the abandoned unloads: %w", err)
 		}
-		r.recorder.Eventf(a, nil, corev1.EventTypeWarning, ReasonUnloadAbandoned, "Delete",
-			"Releasing the adapter after %d attempts; it may still be loaded on: %s (unloaded by the inventory sweep when they answer)", n, strings.Join(failed, "; "))
+		r.event(a, corev1.EventTypeWarning, ReasonUnloadAbandoned, "Delete", fmt.Sprintf(
+			"Releasing the adapter after %d attempts; it may still be loaded on %d pods (unloaded by the inventory sweep when they answer): %s",
+			n, len(each), summarizeSep(each, 5, "; ")))
 	}
 	// Guarded by the resourceVersion read: the patch carries the whole finalizer list, and a
 	// finalizer another controller added meanwhile must not be dropped.
@@ -143,7 +157,7 @@ func (r *Reconciler) loadedPath(pod *corev1.Pod, a *v1alpha1.ModelAdapter) strin
 	if path, loaded, known := r.inventory.Served(pod, a.Name); known && loaded && path != "" {
 		return path
 	}
-	ep, err := engine.EndpointForPod(pod, "")
+	ep, err := r.endpoint(pod, "")
 	if err != nil || !engine.ListsLoadPath(ep.Kind) {
 		return ""
 	}

@@ -44,6 +44,8 @@ type Inventory struct {
 	// aibrixRunning tells whether AIBrix's controllers run: then no engine is called.
 	aibrixRunning func(ctx context.Context) bool
 	store         *strayStore // nil: the stray loads are kept in memory only
+	// podEndpoint is how a pod's engine is reached (through the runtime sidecar or not).
+	podEndpoint func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error)
 	// acquire and release bound each unload with the reconciler's engine call slots,
 	// acquireList and releaseList each listing with its listing slots.
 	acquire, acquireList func(ctx context.Context) error
@@ -97,6 +99,22 @@ type podInventory struct {
 	// entry itself (an unload). A listing that started before either says less than the
 	// entry already knows, and is not recorded.
 	listedSeq, changedAt uint64
+	// restarts is the pod's container restart count (podRestarts) when it was listed: an
+	// engine that restarted since has lost its runtime adapters, and the listing says
+	// nothing any more.
+	restarts int32
+}
+
+// podRestarts is the sum of the restart counts of the pod's containers (native sidecars
+// included): it changes whenever a container of the pod restarts.
+func podRestarts(pod *corev1.Pod) int32 {
+	var n int32
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for _, c := range statuses {
+			n += c.RestartCount
+		}
+	}
+	return n
 }
 
 // verifiedLoad is a load this process made and verified on a pod.
@@ -108,6 +126,7 @@ type verifiedLoad struct {
 // inventoryHooks connect the inventory to the reconciler.
 type inventoryHooks struct {
 	apiKey               func(ctx context.Context, a *v1alpha1.ModelAdapter) (string, error)
+	endpoint             func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) // nil: the runtime sidecar driven
 	acquire, acquireList func(ctx context.Context) error
 	release, releaseList func()
 	aibrixRunning        func(ctx context.Context) bool // nil: never
@@ -118,7 +137,7 @@ type inventoryHooks struct {
 func NewInventory(c engine.Client, reader client.Reader, period time.Duration, parallel int, clk clock.WithTicker, hooks inventoryHooks) *Inventory {
 	i := &Inventory{
 		engine: c, reader: reader, period: period, parallel: max(parallel, 1), clock: clk,
-		apiKey: hooks.apiKey, acquire: hooks.acquire, release: hooks.release,
+		apiKey: hooks.apiKey, podEndpoint: hooks.endpoint, acquire: hooks.acquire, release: hooks.release,
 		acquireList: hooks.acquireList, releaseList: hooks.releaseList,
 		aibrixRunning: hooks.aibrixRunning, store: hooks.store,
 		events:   make(chan event.GenericEvent, 1024),
@@ -129,6 +148,11 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 	}
 	if i.aibrixRunning == nil {
 		i.aibrixRunning = func(context.Context) bool { return false }
+	}
+	if i.podEndpoint == nil {
+		i.podEndpoint = func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) {
+			return engine.EndpointForPod(pod, apiKey, engine.EndpointOptions{RuntimeSidecar: true})
+		}
 	}
 	i.listings = newListings(i.list, func(pod *corev1.Pod, ep engine.Endpoint, adapters []engine.Adapter, seq uint64) {
 		i.recordListing(pod, ep, adapters, seq, false)
@@ -148,11 +172,20 @@ func (i *Inventory) Served(pod *corev1.Pod, adapter string) (path string, loaded
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	p, ok := i.pods[client.ObjectKeyFromObject(pod)]
-	if !ok || p.uid != pod.UID {
+	if !ok || p.uid != pod.UID || p.restarts != podRestarts(pod) {
 		return "", false, false
 	}
 	path, loaded = p.adapters[adapter]
 	return path, loaded, true
+}
+
+// RestartedSinceListed reports whether a container of the pod restarted after its last
+// listing: what the engine held then may be gone.
+func (i *Inventory) RestartedSinceListed(pod *corev1.Pod) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, ok := i.pods[client.ObjectKeyFromObject(pod)]
+	return ok && p.uid == pod.UID && p.restarts != podRestarts(pod)
 }
 
 // PodsListing returns the names of the pods of the adapter's namespace whose last listing
@@ -230,7 +263,7 @@ func (i *Inventory) recordListing(pod *corev1.Pod, ep engine.Endpoint, adapters 
 			}
 		}
 	}
-	i.pods[key] = &podInventory{uid: pod.UID, ip: pod.Status.PodIP, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq}
+	i.pods[key] = &podInventory{uid: pod.UID, ip: pod.Status.PodIP, ep: ep, adapters: m, artifacts: artifacts, listedSeq: seq, restarts: podRestarts(pod)}
 }
 
 // noteArtifact records the artifact a verified load of the adapter put on the pod.
@@ -315,7 +348,7 @@ func (i *Inventory) Start(ctx context.Context) error {
 // pollTarget is one pod the poll lists, and why.
 type pollTarget struct {
 	instanceOf []*v1alpha1.ModelAdapter // adapters expecting to be loaded there
-	keyOf      *v1alpha1.ModelAdapter   // an adapter recording the pod: its API key lists it
+	keysOf     []*v1alpha1.ModelAdapter // the adapters recording the pod: the first API key that reads lists it
 	strays     bool                     // the pod may hold stray loads
 }
 
@@ -414,9 +447,8 @@ func pollTargets(adapters []v1alpha1.ModelAdapter) (targets map[types.Namespaced
 				recorded[key] = &recordedPod{by: map[string]recordedBy{}}
 			}
 			recorded[key].by[a.Name] = by
-			if t := target(key); t.keyOf == nil { // keep knowing what every recorded pod holds
-				t.keyOf = a
-			}
+			t := target(key) // keep knowing what every recorded pod holds
+			t.keysOf = append(t.keysOf, a)
 		}
 		if a.DeletionTimestamp != nil {
 			continue
@@ -577,22 +609,28 @@ func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 }
 
 // endpoint is how the poll reaches the pod: with the API key of an adapter of its namespace
-// recording it, else the key its stray loads were made with there (strayKey), else none. A
-// pod it cannot address is skipped (and logged): the reconciles of its adapters report why.
+// recording it (the first whose key can be read: one adapter's missing Secret does not keep
+// the pod from being listed for the others), else the key its stray loads were made with
+// there (strayKey), else none. A pod it cannot address is skipped (and logged): the
+// reconciles of its adapters report why.
 func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget, keys *apiKeys) (engine.Endpoint, bool) {
 	apiKey := ""
 	switch {
-	case t.keyOf != nil:
-		key, err := keys.of(ctx, t.keyOf)
+	case len(t.keysOf) > 0:
+		var err error
+		for _, a := range t.keysOf {
+			if apiKey, err = keys.of(ctx, a); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			klog.FromContext(ctx).V(4).Info("Skipping a pod: no API key", "pod", klog.KObj(pod), "err", err.Error())
 			return engine.Endpoint{}, false
 		}
-		apiKey = key
 	case t.strays:
 		apiKey = i.strayKey(ctx, pod, keys)
 	}
-	ep, err := engine.EndpointForPod(pod, apiKey)
+	ep, err := i.podEndpoint(pod, apiKey)
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("Skipping a pod that cannot be addressed", "pod", klog.KObj(pod), "err", err.Error())
 		return engine.Endpoint{}, false

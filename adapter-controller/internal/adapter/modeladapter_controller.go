@@ -110,6 +110,10 @@ type Options struct {
 	// adapter is acted on and no engine is called (both would load and unload the same
 	// adapters). Nil: never.
 	AIBrix *aibrix.Detector
+	// RuntimeSidecar drives the AIBrix runtime sidecar of pods that have one (a container
+	// named aibrix-runtime), as AIBrix's --enable-runtime-sidecar does; otherwise engines are
+	// loaded through their own API.
+	RuntimeSidecar bool
 	// StrayNamespace is the controller's own namespace, where the ConfigMap
 	// StrayConfigMapName keeps the stray loads (unloads deletion gave up on) across restarts
 	// and failovers. Empty: they are kept in memory only.
@@ -129,6 +133,7 @@ func DefaultOptions() Options {
 		DeletionRetryLimit:        5,
 		NotReadyGracePeriod:       time.Minute,
 		EngineLoadTimeout:         engine.DefaultLoadTimeout,
+		RuntimeSidecar:            true,
 	}
 }
 
@@ -189,6 +194,8 @@ type Reconciler struct {
 	superseded *supersededVersions
 	// unanswered: loads that ended without the engine's answer and may still take effect.
 	unanswered *unansweredLoads
+	// secrets: the credentials Secrets read in the last secretTTL.
+	secrets *secretCache
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -206,6 +213,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		aibrixWaits: newReportedOnce(),
 		superseded:  newSupersededVersions(),
 		unanswered:  newUnansweredLoads(),
+		secrets:     newSecretCache(apiReader, clk),
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())
 	RegisterMetrics()

@@ -92,7 +92,7 @@ func computeStatus(p *pass) v1alpha1.ModelAdapterStatus {
 		set(v1alpha1.ConditionResourceCreated, false, p.resourceReason, p.resourceMsg)
 	}
 	setUpToDate(set, p)
-	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && p.resourcesReady && !p.rollout.pending()
+	ready := len(p.desired) > 0 && len(p.instances) == len(p.desired) && len(p.leftOut) == 0 && p.resourcesReady && !p.rollout.pending()
 	setReady(set, p, ready, failMsg)
 	st.Phase = phaseOf(p, ready)
 	return st
@@ -104,7 +104,7 @@ type setCondition func(conditionType string, ok bool, reason, msg string)
 // setInstances writes the instances, their artifacts and the counts.
 func setInstances(st *v1alpha1.ModelAdapterStatus, p *pass) {
 	st.Candidates = int32(len(p.candidates))
-	st.DesiredReplicas = int32(len(p.desired) + len(p.kept))
+	st.DesiredReplicas = int32(len(p.desired) + len(p.kept) + len(p.leftOut))
 	st.ReadyReplicas = int32(len(p.instances))
 	st.Instances = nil
 	st.InstanceArtifacts = nil
@@ -142,9 +142,10 @@ func setUpToDate(set setCondition, p *pass) {
 		if ro.parked != "" {
 			serving++
 		}
-		set(v1alpha1.ConditionUpToDate, false, ReasonRolloutFailed, fmt.Sprintf(
-			"Loading %s failed on %s; %d other instances keep serving the earlier artifact: %v",
-			a.Spec.ArtifactURL, strings.Join(ro.failed, ", "), serving, ro.err))
+		failed := slices.Sorted(slices.Values(ro.failed))
+		set(v1alpha1.ConditionUpToDate, false, ReasonRolloutFailed, text.Truncate(fmt.Sprintf(
+			"Loading %s failed on %d pods (%s); %d other instances keep serving the earlier artifact: %v",
+			a.Spec.ArtifactURL, len(failed), summarize(failed, 10), serving, ro.err), maxFailureMessage))
 	case ro.pending():
 		set(v1alpha1.ConditionUpToDate, false, ReasonRolling, fmt.Sprintf(
 			"Rolling out %s one pod at a time: %d of %d instances serve it; reloading %s next",

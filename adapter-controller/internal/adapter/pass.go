@@ -3,6 +3,7 @@ package adapter
 // The state one reconcile of one adapter carries from step to step.
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,8 @@ type pass struct {
 	kept          []*corev1.Pod // holders not Ready for less than the grace period: not unloaded, not published
 	policy        string
 	unknownPolicy bool
+
+	leftOut []string // desired pods no load is sent to (recordPods: no room to record them)
 
 	// findHolders
 	toUnload   []*corev1.Pod // live pods that may hold the adapter and are not desired
@@ -78,6 +81,17 @@ func newPass(a *v1alpha1.ModelAdapter) *pass {
 // specOK reports whether the spec can be acted on: the steps after resolveSpec do nothing
 // otherwise, and the status reports specErr.
 func (p *pass) specOK() bool { return p.specErr == nil }
+
+// leaveOut takes the named pods out of the desired ones for this pass, failing with err.
+func (p *pass) leaveOut(names []string, err error) {
+	out := map[string]bool{}
+	for _, name := range names {
+		out[name] = true
+		p.failures[name] = podError{err: err, failures: 1}
+	}
+	p.desired = slices.DeleteFunc(p.desired, func(pod *corev1.Pod) bool { return out[pod.Name] })
+	p.leftOut = append(p.leftOut, names...)
+}
 
 func (p *pass) requeueAfter(d time.Duration) {
 	if d > 0 && (p.requeueIn == 0 || d < p.requeueIn) {

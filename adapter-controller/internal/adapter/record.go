@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,18 +16,115 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
-// scheduledPods returns the pods of the adapter's scheduled-pods annotation.
+// scheduledPods returns the pods of the adapter's scheduled-pods annotation, in either
+// encoding (encodeScheduled).
 func scheduledPods(a *v1alpha1.ModelAdapter) map[string]bool {
 	out := map[string]bool{}
-	for _, name := range strings.Split(a.Annotations[v1alpha1.ScheduledPodsAnnotation], ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			out[name] = true
+	for _, entry := range strings.Split(a.Annotations[v1alpha1.ScheduledPodsAnnotation], ",") {
+		entry = strings.TrimSpace(entry)
+		prefix, group, grouped := strings.Cut(entry, "{")
+		if !grouped || !strings.HasSuffix(group, "}") {
+			if entry != "" {
+				out[entry] = true
+			}
+			continue
+		}
+		for _, suffix := range strings.Split(strings.TrimSuffix(group, "}"), "|") {
+			out[prefix+suffix] = true
 		}
 	}
 	return out
+}
+
+// The scheduled-pods annotation must fit in the 256 KiB the API server allows for all of an
+// object's annotations together; a write past it is refused and the adapter could record no
+// pod any more.
+const (
+	// plainScheduledLimit is the largest annotation written as AIBrix writes it: the pod names
+	// comma-separated (about 2,500 pods with 25-character names).
+	plainScheduledLimit = 64 << 10
+	// maxScheduledBytes bounds the annotation, leaving room for the other annotations
+	// (kubectl's last-applied-configuration among them).
+	maxScheduledBytes = 128 << 10
+)
+
+// encodeScheduled encodes sorted pod names for the scheduled-pods annotation: comma-separated
+// up to plainScheduledLimit, as AIBrix writes it; beyond it, the pods that share a prefix up
+// to their last "-" (the pods of a ReplicaSet or a StatefulSet) are written once as
+// prefix{suffix|suffix|...}, which is about 6 bytes per ReplicaSet pod. Pod names have no
+// "{", "|" or "}", so the two cannot be confused; AIBrix, which splits the annotation at
+// commas, reads pod names that do not exist from the compact form.
+func encodeScheduled(pods []string) string {
+	plain := strings.Join(pods, ",")
+	if len(plain) <= plainScheduledLimit {
+		return plain
+	}
+	var b strings.Builder
+	for i := 0; i < len(pods); {
+		prefix := pods[i][:strings.LastIndex(pods[i], "-")+1]
+		j := i + 1
+		for j < len(pods) && strings.HasPrefix(pods[j], prefix) && !strings.Contains(pods[j][len(prefix):], "-") {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j-i == 1 {
+			b.WriteString(pods[i])
+		} else {
+			b.WriteString(prefix)
+			b.WriteByte('{')
+			for k := i; k < j; k++ {
+				if k > i {
+					b.WriteByte('|')
+				}
+				b.WriteString(pods[k][len(prefix):])
+			}
+			b.WriteByte('}')
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// ReasonRecordFull: the scheduled-pods annotation has no room for another pod, so no load is
+// sent to it (a load must be recorded before it is sent).
+const ReasonRecordFull = "ScheduledPodsRecordFull"
+
+// fitRecord returns want with only as many of the desired pods it adds as keep the
+// annotation under maxScheduledBytes (the first, by name), and the pods left out. The pods
+// recorded already stay: they may hold the adapter.
+func fitRecord(want, recorded map[string]bool) (map[string]bool, []string) {
+	if len(encodeScheduled(slices.Sorted(maps.Keys(want)))) <= maxScheduledBytes {
+		return want, nil
+	}
+	var added []string
+	for name := range want {
+		if !recorded[name] {
+			added = append(added, name)
+		}
+	}
+	slices.Sort(added)
+	with := func(n int) map[string]bool {
+		out := map[string]bool{}
+		for name := range want {
+			if recorded[name] {
+				out[name] = true
+			}
+		}
+		for _, name := range added[:n] {
+			out[name] = true
+		}
+		return out
+	}
+	fits := sort.Search(len(added)+1, func(n int) bool {
+		return len(encodeScheduled(slices.Sorted(maps.Keys(with(n))))) > maxScheduledBytes
+	}) - 1
+	return with(max(fits, 0)), added[max(fits, 0):]
 }
 
 // recordedPods returns every pod the adapter records as possibly holding it: the
@@ -41,10 +139,15 @@ func recordedPods(a *v1alpha1.ModelAdapter) map[string]bool {
 
 // loadConfirmed reports whether the adapter is known to be loaded on the pod: the engine's
 // last listing when there is one for this pod, else the adapter's status, whose instances
-// were verified when it was written.
+// were verified when it was written. Neither counts once a container of the pod restarted
+// after the last listing (an engine restart loses its runtime adapters): the load is sent
+// again ("already loaded" is a success) and verified.
 func (r *Reconciler) loadConfirmed(pod *corev1.Pod, a *v1alpha1.ModelAdapter) bool {
 	if loaded, listed := r.inventory.Loaded(pod, a.Name); listed {
 		return loaded
+	}
+	if r.inventory.RestartedSinceListed(pod) {
+		return false
 	}
 	return slices.Contains(a.Status.Instances, pod.Name)
 }
@@ -130,6 +233,11 @@ func (r *Reconciler) recordPods(ctx context.Context, p *pass) error {
 	for _, pod := range p.desired {
 		want[pod.Name] = true
 	}
+	want, left := fitRecord(want, p.scheduled)
+	if len(left) > 0 {
+		p.leaveOut(left, &engine.Error{Reason: ReasonRecordFull, Retryable: true, Message: fmt.Sprintf(
+			"the scheduled-pods annotation has no room for %d more pods (at most %d KiB)", len(left), maxScheduledBytes>>10)})
+	}
 	if controllerutil.ContainsFinalizer(p.adapter, Finalizer) && maps.Equal(want, p.scheduled) {
 		return nil
 	}
@@ -173,7 +281,7 @@ func (r *Reconciler) writeScheduled(ctx context.Context, p *pass, pods map[strin
 		if a.Annotations == nil {
 			a.Annotations = map[string]string{}
 		}
-		a.Annotations[v1alpha1.ScheduledPodsAnnotation] = strings.Join(slices.Sorted(maps.Keys(pods)), ",")
+		a.Annotations[v1alpha1.ScheduledPodsAnnotation] = encodeScheduled(slices.Sorted(maps.Keys(pods)))
 	}
 	old := a.ResourceVersion
 	if err := r.client.Patch(ctx, a, patch); err != nil {

@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
@@ -70,22 +73,88 @@ func (r *Reconciler) credentials(ctx context.Context, a *v1alpha1.ModelAdapter) 
 	if a.Spec.CredentialsSecretRef == nil || a.Spec.CredentialsSecretRef.Name == "" {
 		return key, nil, nil
 	}
-	secret := &corev1.Secret{}
 	ref := client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.CredentialsSecretRef.Name}
-	if err := r.apiReader.Get(ctx, ref, secret); err != nil {
+	data, err := r.secrets.get(ctx, ref)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil, secretMissingError{ref.Name}
 		}
 		return "", nil, fmt.Errorf("reading credentials Secret %s: %w", ref.Name, err)
 	}
-	creds := make(map[string]string, len(secret.Data))
-	for k, v := range secret.Data {
+	creds := make(map[string]string, len(data))
+	for k, v := range data {
 		creds[k] = string(v)
 	}
 	if v, ok := creds[APIKeySecretKey]; ok && strings.TrimSpace(v) != "" {
 		key = strings.TrimSpace(v)
 	}
 	return key, creds, nil
+}
+
+// secretTTL is how long a credentials Secret read is used: a changed Secret (a rotated key)
+// reaches the engine calls within it, and an engine's 401 drops it at once.
+const secretTTL = 30 * time.Second
+
+// secretCache keeps the credentials Secrets adapters name for secretTTL, so that a reconcile
+// reads its Secret from the API server only once per TTL however many adapters share it
+// (10,000 adapters reconciled after a failover made 10,000 GETs: 200 s of a 50 QPS client). A
+// watch would need list and watch on Secrets, which the controller's RBAC does not grant: it
+// may only get the Secrets adapters name. A missing Secret is not kept.
+type secretCache struct {
+	reader client.Reader
+	clock  clock.PassiveClock
+	mu     sync.Mutex
+	byKey  map[client.ObjectKey]secretEntry
+}
+
+type secretEntry struct {
+	data   map[string][]byte // shared, read only
+	readAt time.Time
+}
+
+func newSecretCache(reader client.Reader, clk clock.PassiveClock) *secretCache {
+	return &secretCache{reader: reader, clock: clk, byKey: map[client.ObjectKey]secretEntry{}}
+}
+
+// get returns the data of the Secret, read at most secretTTL ago; the caller must not
+// change it.
+func (c *secretCache) get(ctx context.Context, key client.ObjectKey) (map[string][]byte, error) {
+	now := c.clock.Now()
+	c.mu.Lock()
+	e, ok := c.byKey[key]
+	c.mu.Unlock()
+	if ok && now.Sub(e.readAt) < secretTTL {
+		return e.data, nil
+	}
+	secret := &corev1.Secret{}
+	if err := c.reader.Get(ctx, key, secret); err != nil {
+		c.forget(key)
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.byKey { // drop expired entries: Secrets no adapter names any more go
+		if now.Sub(e.readAt) >= secretTTL {
+			delete(c.byKey, k)
+		}
+	}
+	c.byKey[key] = secretEntry{data: secret.Data, readAt: now}
+	return secret.Data, nil
+}
+
+// forget drops the Secret, so that the next use reads it again.
+func (c *secretCache) forget(key client.ObjectKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.byKey, key)
+}
+
+// forgetCredentials drops the adapter's credentials Secret after an engine refused its key
+// (a rotated key is then read at the next attempt, not after secretTTL).
+func (r *Reconciler) forgetCredentials(a *v1alpha1.ModelAdapter, err error) {
+	if engine.ReasonOf(err) == engine.ReasonEngineUnauthorized && a.Spec.CredentialsSecretRef != nil {
+		r.secrets.forget(client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.CredentialsSecretRef.Name})
+	}
 }
 
 // engineConfig is additionalConfig without the API key, which travels as a bearer token.

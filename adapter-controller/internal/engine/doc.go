@@ -11,7 +11,8 @@
 //     /load_lora_adapter and /unload_lora_adapter, answering
 //     {"success": bool, "error_message": string}.
 //   - The AIBrix runtime sidecar (a container named aibrix-runtime, port
-//     8080): POST /v1/lora_adapter/load and /v1/lora_adapter/unload. The
+//     8080, when [EndpointOptions] RuntimeSidecar is set):
+//     POST /v1/lora_adapter/load and /v1/lora_adapter/unload. The
 //     sidecar downloads artifacts (s3://, gs://, https://, ...) before it asks
 //     the engine to load them.
 //

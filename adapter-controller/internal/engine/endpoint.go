@@ -131,18 +131,27 @@ func (ep Endpoint) validate(op Op) *Error {
 	return nil
 }
 
+// EndpointOptions say how engine pods are addressed.
+type EndpointOptions struct {
+	// RuntimeSidecar drives a pod with a container (or restartable init container) named
+	// aibrix-runtime through that sidecar, as AIBrix's controller does with
+	// --enable-runtime-sidecar (set in AIBrix's shipped manifests). Without it every pod is
+	// driven through its engine's own API, sidecar or not.
+	RuntimeSidecar bool
+}
+
 // EndpointForPod returns the Endpoint of an engine pod.
 //
 // The kind comes from the pod label model.aibrix.ai/engine: absent or "vllm"
 // is KindVLLM, "sglang" is KindSGLang, any other value is an error with
-// ReasonEngineUnsupported. A pod with a container (or restartable init
-// container) named aibrix-runtime is driven through that sidecar at
-// RuntimePort instead (KindRuntime). The engine port comes from the label
+// ReasonEngineUnsupported. With opts.RuntimeSidecar, a pod with a container
+// (or restartable init container) named aibrix-runtime is driven through that
+// sidecar at RuntimePort instead (KindRuntime). The engine port comes from the label
 // model.aibrix.ai/port (DefaultEnginePort when absent). The host is
 // pod.Status.PodIP, which must be an IP address; nothing else is dialled.
 // apiKey is trimmed of surrounding white space (Secrets often end in a
 // newline).
-func EndpointForPod(pod *corev1.Pod, apiKey string) (Endpoint, error) {
+func EndpointForPod(pod *corev1.Pod, apiKey string, opts EndpointOptions) (Endpoint, error) {
 	invalid := func(reason Reason, format string, args ...any) (Endpoint, error) {
 		return Endpoint{}, &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
 	}
@@ -180,7 +189,7 @@ func EndpointForPod(pod *corev1.Pod, apiKey string) (Endpoint, error) {
 	}
 
 	ep := Endpoint{Kind: kind, Host: host, Port: enginePort, EnginePort: enginePort, APIKey: apiKey}
-	if hasRuntimeSidecar(pod) {
+	if opts.RuntimeSidecar && hasRuntimeSidecar(pod) {
 		ep.Kind = KindRuntime
 		ep.Port = RuntimePort
 	}

@@ -36,10 +36,11 @@ func TestEndpointForPod(t *testing.T) {
 		return pod
 	}
 	cases := map[string]struct {
-		pod     *corev1.Pod
-		apiKey  string
-		want    Endpoint
-		wantErr *errView
+		pod       *corev1.Pod
+		apiKey    string
+		noRuntime bool // --enable-runtime-sidecar=false
+		want      Endpoint
+		wantErr   *errView
 	}{
 		"defaults: vLLM on 8000": {
 			pod:  makePod(podOpts{ip: "127.0.40.7"}),
@@ -65,6 +66,16 @@ func TestEndpointForPod(t *testing.T) {
 		"runtime as a native sidecar": {
 			pod:  makePod(podOpts{ip: "127.0.40.7", sidecar: "aibrix-runtime"}),
 			want: Endpoint{Kind: KindRuntime, Host: "127.0.40.7", Port: 8080, EnginePort: 8000},
+		},
+		"runtime sidecar not enabled: the engine is driven": {
+			pod:       makePod(podOpts{ip: "127.0.40.7", containers: []string{"aibrix-runtime"}}),
+			noRuntime: true,
+			want:      Endpoint{Kind: KindVLLM, Host: "127.0.40.7", Port: 8000, EnginePort: 8000},
+		},
+		"native runtime sidecar not enabled, sglang": {
+			pod:       makePod(podOpts{ip: "127.0.40.7", sidecar: "aibrix-runtime", labels: map[string]string{LabelEngine: "sglang", LabelPort: "30000"}}),
+			noRuntime: true,
+			want:      Endpoint{Kind: KindSGLang, Host: "127.0.40.7", Port: 30000, EnginePort: 30000},
 		},
 		"plain init container named aibrix-runtime is not a sidecar": {
 			pod:  makePod(podOpts{ip: "127.0.40.7", initOnly: "aibrix-runtime"}),
@@ -129,7 +140,7 @@ func TestEndpointForPod(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := EndpointForPod(tc.pod, tc.apiKey)
+			got, err := EndpointForPod(tc.pod, tc.apiKey, EndpointOptions{RuntimeSidecar: !tc.noRuntime})
 			if diff := cmp.Diff(tc.wantErr, viewOf(err)); diff != "" {
 				t.Errorf("EndpointForPod() error mismatch (-want +got):\n%s\nerror: %v", diff, err)
 			}

@@ -73,6 +73,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Adapter.BaseBackoff, "load-backoff-base", o.Adapter.BaseBackoff, "First wait after a failed load or unload on a pod; doubles per failure.")
 	fs.DurationVar(&o.Adapter.MaxBackoff, "load-backoff-max", o.Adapter.MaxBackoff, "Longest wait between retries on a pod.")
 	fs.IntVar(&o.Adapter.DeletionRetryLimit, "deletion-retry-limit", o.Adapter.DeletionRetryLimit, "Unload attempts on deletion before the finalizer is released anyway (with a Warning event).")
+	fs.BoolVar(&o.Adapter.RuntimeSidecar, "enable-runtime-sidecar", o.Adapter.RuntimeSidecar, "Load adapters through the AIBrix runtime sidecar of pods that have one (a container named aibrix-runtime, port 8080), as AIBrix's --enable-runtime-sidecar does; false: through the engine's own API on every pod.")
 	fs.DurationVar(&o.EngineTimeout, "engine-timeout", o.EngineTimeout, "Timeout of one engine HTTP request other than a load (listings, unloads).")
 	fs.DurationVar(&o.Adapter.EngineLoadTimeout, "engine-load-timeout", o.Adapter.EngineLoadTimeout, "Timeout of one engine load request (the engine answers once the adapter is loaded: large artifacts and downloads through the runtime sidecar take long). A load that ended without an answer is taken as possibly landing for as long again.")
 	fs.BoolVar(&o.DeleteAllAdapters, "delete-all-adapters", o.DeleteAllAdapters, "Do not run the controller: delete every ModelAdapter (in --watch-namespace, else in all namespaces), "+

@@ -22,7 +22,8 @@ const (
 	// CustomPathsAnnotation adds comma-separated path prefixes to a workload's route.
 	CustomPathsAnnotation = "model.aibrix.ai/model-router-custom-paths"
 	// ScheduledPodsAnnotation, on a ModelAdapter, lists (comma-separated, sorted) the pods of
-	// its namespace where a load may have happened. The adapter-controller writes it before
+	// its namespace where a load may have happened; past 64 KiB the adapter-controller writes
+	// pods sharing a prefix up to their last "-" once, as prefix{suffix|suffix}. The adapter-controller writes it before
 	// it calls an engine's load API, so that after a crash every pod that may hold the adapter
 	// is known and gets the unload on deletion. AIBrix writes the same annotation before
 	// loading.

@@ -194,12 +194,13 @@ func (r *Reconciler) planUnload(ctx context.Context, p *pass, c *engineCalls, po
 		return
 	}
 	c.jobs = append(c.jobs, func() {
+		sentAt := r.clock.Now()
 		err := r.unload(ctx, a, pod, p.apiKey)
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if err == nil {
 			r.backoff.succeeded(k)
-			if left, pending := r.unanswered.pending(keyOfLoad(a, pod), r.clock.Now()); pending {
+			if left, settled := r.unanswered.settledBy(keyOfLoad(a, pod), sentAt, r.clock.Now()); !settled {
 				// An unanswered load may still land: the pod stays recorded, unloaded again
 				// once the load's horizon has passed.
 				p.requeueAfter(left)

@@ -89,13 +89,14 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 			unloaded = append(unloaded, pod.Name)
 		})
 	}
+	sentAt := r.clock.Now()
 	runBounded(jobs, r.opts.MaxParallelEngineCalls)
 	if len(failed) == 0 {
-		// An unload answered "not loaded" proves nothing while a load that ended without an
-		// answer may still land: unloaded again once its horizon has passed.
+		// An unload sent before the horizon of a load that ended without an answer proves
+		// nothing: that load may still land. Unloaded again once the horizon has passed.
 		var wait time.Duration
 		for _, pod := range holding {
-			if left, pending := r.unanswered.pending(keyOfLoad(a, pod), r.clock.Now()); pending && left > wait {
+			if left, settled := r.unanswered.settledBy(keyOfLoad(a, pod), sentAt, r.clock.Now()); !settled && left > wait {
 				wait = left
 			}
 		}

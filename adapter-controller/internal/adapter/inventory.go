@@ -617,13 +617,23 @@ func (i *Inventory) endpoint(ctx context.Context, pod *corev1.Pod, t *pollTarget
 	apiKey := ""
 	switch {
 	case len(t.keysOf) > 0:
+		// The first key that can be read and is not empty: an adapter without a key must not
+		// leave a keyed engine unlisted on the polls that happen to try it first.
 		var err error
+		readable := false
 		for _, a := range t.keysOf {
-			if apiKey, err = keys.of(ctx, a); err == nil {
+			key, kerr := keys.of(ctx, a)
+			if kerr != nil {
+				err = kerr
+				continue
+			}
+			readable = true
+			if key != "" {
+				apiKey = key
 				break
 			}
 		}
-		if err != nil {
+		if !readable {
 			klog.FromContext(ctx).V(4).Info("Skipping a pod: no API key", "pod", klog.KObj(pod), "err", err.Error())
 			return engine.Endpoint{}, false
 		}

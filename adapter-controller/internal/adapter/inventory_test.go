@@ -131,39 +131,48 @@ func TestPollReadsEachAPIKeyOnce(t *testing.T) {
 // names a Secret that does not exist, is listed with the other's key. (Before: the first
 // recording adapter's key was the only one tried, and the pod was not listed at all.)
 func TestPollListsPodDespiteOneMissingSecret(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	objs := []client.Object{&corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p0", UID: "p0"},
-		Status: corev1.PodStatus{PodIP: "127.0.40.1",
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-	}}
-	for i, secret := range []string{"gone", "creds"} {
-		objs = append(objs, &v1alpha1.ModelAdapter{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("a%d-%s", i, secret)},
-			Spec:       v1alpha1.ModelAdapterSpec{CredentialsSecretRef: &corev1.LocalObjectReference{Name: secret}},
-			Status:     v1alpha1.ModelAdapterStatus{Instances: []string{"p0"}},
+	// "gone": the other adapter's Secret is missing; "none": the other adapter has no key at
+	// all (an empty key must not be taken for the pod's key: the engine needs one).
+	for _, other := range []string{"gone", "none"} {
+		t.Run(other, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			if err := clientgoscheme.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			if err := v1alpha1.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			objs := []client.Object{&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p0", UID: "p0"},
+				Status: corev1.PodStatus{PodIP: "127.0.40.1",
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+			}}
+			for i, secret := range []string{other, "creds"} {
+				objs = append(objs, &v1alpha1.ModelAdapter{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("a%d-%s", i, secret)},
+					Spec:       v1alpha1.ModelAdapterSpec{CredentialsSecretRef: &corev1.LocalObjectReference{Name: secret}},
+					Status:     v1alpha1.ModelAdapterStatus{Instances: []string{"p0"}},
+				})
+			}
+			reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+			f := newFakeEngine()
+			hooks := unboundedHooks()
+			hooks.apiKey = func(_ context.Context, a *v1alpha1.ModelAdapter) (string, error) {
+				switch a.Spec.CredentialsSecretRef.Name {
+				case "gone":
+					return "", secretMissingError{"gone"}
+				case "none":
+					return "", nil
+				}
+				return "key", nil
+			}
+			inv := NewInventory(f, reader, time.Minute, 4, clock.RealClock{}, hooks)
+			if err := inv.poll(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.listsByKey["key"]; got != 1 {
+				t.Errorf("%d listings of p0 with the readable key, want 1 (listings by key: %v)", got, f.listsByKey)
+			}
 		})
-	}
-	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-	f := newFakeEngine()
-	hooks := unboundedHooks()
-	hooks.apiKey = func(_ context.Context, a *v1alpha1.ModelAdapter) (string, error) {
-		if a.Spec.CredentialsSecretRef.Name == "gone" {
-			return "", secretMissingError{"gone"}
-		}
-		return "key", nil
-	}
-	inv := NewInventory(f, reader, time.Minute, 4, clock.RealClock{}, hooks)
-	if err := inv.poll(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.listsByKey["key"]; got != 1 {
-		t.Errorf("%d listings of p0 with the readable key, want 1 (listings by key: %v)", got, f.listsByKey)
 	}
 }

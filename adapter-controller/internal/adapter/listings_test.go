@@ -32,6 +32,7 @@ type fakeEngine struct {
 	listErr error
 	// unloadErr fails every unload; loadGate, when set, makes every load wait on it.
 	unloadErr error
+	loadErr   error // fails every load, without loading
 	loadGate  chan struct{}
 	lie       bool          // loads succeed without loading
 	delay     time.Duration // of every call
@@ -83,6 +84,11 @@ func (f *fakeEngine) seen(host string) []string {
 
 func (f *fakeEngine) Load(ctx context.Context, ep engine.Endpoint, req engine.LoadRequest) error {
 	f.mu.Lock()
+	if err := f.loadErr; err != nil {
+		f.loads++
+		f.mu.Unlock()
+		return err
+	}
 	f.loading++
 	f.maxLoading = max(f.maxLoading, f.loading)
 	f.mu.Unlock()

@@ -162,9 +162,11 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 	p.unknownPolicy = !known
 	replicas := a.Spec.Replicas
 	if replicas != nil && len(p.kept) > 0 {
-		// Pods kept through a readiness flap keep their share of the replicas: loading
-		// elsewhere now would unload somewhere when they are Ready again.
-		replicas = ptr.To(max(0, *replicas-int32(len(p.kept))))
+		// Pods kept through a readiness flap keep the replicas that the Ready holders leave
+		// free: loading elsewhere now would unload somewhere when they are Ready again, and a
+		// Ready holder never gives its place to a pod that is not Ready.
+		free := max(0, int(*replicas)-len(current))
+		replicas = ptr.To(*replicas - int32(min(len(p.kept), free)))
 	}
 	p.desired = place(p.candidates, current, replicas, p.policy, func(name string) int {
 		for _, pod := range p.candidates {

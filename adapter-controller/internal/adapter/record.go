@@ -156,8 +156,8 @@ func (r *Reconciler) loadConfirmed(pod *corev1.Pod, a *v1alpha1.ModelAdapter) bo
 // scheduled-pods annotation records (a load may have been sent there before a crash), and
 // for a pod where a load that ended without an answer may still land (unansweredLoads).
 func (r *Reconciler) loadPossible(pod *corev1.Pod, a *v1alpha1.ModelAdapter, scheduled map[string]bool) bool {
-	if _, pending := r.unanswered.pending(keyOfLoad(a, pod), r.clock.Now()); pending {
-		return true // an unanswered load may still land there
+	if _, unanswered := r.unanswered.horizon(keyOfLoad(a, pod)); unanswered {
+		return true // an unanswered load may have landed, or still land, there
 	}
 	if _, listed := r.inventory.Loaded(pod, a.Name); !listed && scheduled[pod.Name] {
 		return true

@@ -50,8 +50,19 @@ func (r *Reconciler) syncResources(ctx context.Context, p *pass) error {
 		upToDate: func() bool { return equality.Semantic.DeepEqual(svc.Spec.Ports, wantSvc.Spec.Ports) },
 		update:   func() { svc.Spec.Ports = wantSvc.Spec.Ports },
 	})
-	if !ok || err != nil {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		// A Service of that name that is not ours: our EndpointSlices would attach to it.
+		// Ours go, so that nothing stays published (and removals, which wait for the pods to
+		// leave them, are not held back).
+		for _, name := range []string{a.Name, a.Name + IPv6SliceSuffix} {
+			if err := r.deleteOwned(ctx, a, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: name}}); err != nil {
+				return fmt.Errorf("deleting EndpointSlice %s: %w", name, err)
+			}
+		}
+		return nil
 	}
 	// One EndpointSlice per address family, as Kubernetes' EndpointSlice controller keeps
 	// them (addressType is immutable): IPv4 under the adapter's name, as AIBrix names its

@@ -17,8 +17,8 @@ import (
 // when it is done, after listings that do not show it yet. Until the horizon of such a load
 // has passed (the load timeout again after the request ended: the engine had as long again
 // as the controller waited), the pod counts as possibly holding the adapter — it is neither
-// dropped from the adapter's record nor counted as unloaded by an unload answered "not
-// loaded" — so a load that lands late is found and undone instead of leaking.
+// dropped from the adapter's record nor counted as unloaded by an unload sent before the
+// horizon — so a load that lands late is found and undone instead of leaking.
 type unansweredLoads struct {
 	mu    sync.Mutex
 	until map[unansweredKey]time.Time
@@ -53,19 +53,31 @@ func (u *unansweredLoads) answered(k unansweredKey) {
 	delete(u.until, k)
 }
 
-// pending reports whether an unanswered load of k may still take effect, and for how long.
-func (u *unansweredLoads) pending(k unansweredKey, now time.Time) (time.Duration, bool) {
+// horizon reports the horizon of an unanswered load of k, if one is recorded. An expired entry
+// is kept: the load may have landed (after the listings that did not show it), and only an
+// unload sent after the horizon, or a later answered load, settles it.
+func (u *unansweredLoads) horizon(k unansweredKey) (time.Time, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	until, ok := u.until[k]
+	t, ok := u.until[k]
+	return t, ok
+}
+
+// settledBy reports whether an unload of k sent at sentAt (and answered) leaves nothing that
+// may still land, forgetting k if so; otherwise it returns how long to wait from now before
+// unloading again.
+func (u *unansweredLoads) settledBy(k unansweredKey, sentAt, now time.Time) (time.Duration, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t, ok := u.until[k]
 	if !ok {
-		return 0, false
+		return 0, true
 	}
-	if left := until.Sub(now); left > 0 {
-		return left, true
+	if !t.After(sentAt) {
+		delete(u.until, k)
+		return 0, true
 	}
-	delete(u.until, k)
-	return 0, false
+	return max(t.Sub(now), time.Millisecond), false
 }
 
 // forgetAdapter drops the entries of an adapter that is gone.

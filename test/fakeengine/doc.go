@@ -24,9 +24,11 @@
 //
 // Faults (Engine.SetFault) make an operation fail with a given status and body, hang, answer
 // a huge or malformed body, or lie (answer success without changing state), for a number of
-// requests or until cleared. Engine.Restart forgets all loaded adapters, as an engine
-// restart does, and keeps the counters. Counters (Engine.Requests, Loads, Unloads, Lists)
-// and Engine.Loaded let tests assert what a controller did.
+// requests or until cleared. Engine.Restart forgets the adapters loaded through the API, as
+// an engine restart does, holds Options.Preload again (vLLM's --lora-modules) and keeps the
+// counters. Counters (Engine.Requests, Loads, Unloads, Lists), Engine.Loaded and
+// Engine.KeysSeen let tests assert what a controller did; Engine.ForeignUnloads counts
+// unload requests naming a preloaded adapter, one the API client did not load.
 //
 // A Fleet holds many engines keyed by pod IP, for tests that run many fake pods.
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -49,8 +50,9 @@ type Options struct {
 	// NoLoadInplace makes a vLLM engine ignore load_inplace, as vLLM did before it had the
 	// field: a load of a name already loaded is answered "already loaded".
 	NoLoadInplace bool
-	// Preload lists adapters loaded when the engine starts, by name and path, as vLLM's
-	// --lora-modules does.
+	// Preload lists adapters loaded when the engine starts (and again when it restarts), by
+	// name and path, as vLLM's --lora-modules does. They are not the API client's: an unload
+	// request naming one while the engine holds it is counted (Counts.ForeignUnloads).
 	Preload map[string]string
 	// LoadDelay makes every load take effect this long after its request arrived, whether
 	// or not the client still waits for the answer (as a real engine loading a large
@@ -71,6 +73,10 @@ type Counts struct {
 	// Loads, Unloads and Lists count authorized requests to the load endpoints (engine
 	// and sidecar), the unload endpoints and GET /v1/models, whatever their outcome.
 	Loads, Unloads, Lists int
+	// ForeignUnloads counts the authorized unload requests (engine or sidecar) that named an
+	// adapter the engine held from Options.Preload, not loaded through the API, whatever
+	// their outcome (a faulted one included): a client unloading what it did not load.
+	ForeignUnloads int
 }
 
 func (c *Counts) add(o Counts) {
@@ -83,11 +89,15 @@ func (c *Counts) add(o Counts) {
 	c.Loads += o.Loads
 	c.Unloads += o.Unloads
 	c.Lists += o.Lists
+	c.ForeignUnloads += o.ForeignUnloads
 }
 
 type adapter struct {
 	path string
 	seq  uint64 // load order: /v1/models lists adapters in the order they were loaded
+	// preloaded: held from Options.Preload, not loaded through the API. A load in place
+	// through the API changes the path and keeps the adapter the preloader's.
+	preloaded bool
 }
 
 // Engine is the state of one fake pod's engine and its listeners.
@@ -188,9 +198,9 @@ func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 		counts:   Counts{Requests: map[string]int{}},
 		keysSeen: map[string]bool{},
 	}
-	for name, path := range opts.Preload {
-		e.load(name, path, false, false)
-	}
+	e.mu.Lock()
+	e.preload()
+	e.mu.Unlock()
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.serve(ln, e.engineRoutes())
 	if rln != nil {
@@ -264,12 +274,22 @@ func (e *Engine) Adapters() map[string]string {
 	return m
 }
 
-// Restart forgets every loaded adapter, as an engine restart does. Counters and faults are
-// kept.
+// Restart forgets every adapter loaded through the API, as an engine restart does, and
+// holds Options.Preload again (vLLM loads its --lora-modules at every start). Counters and
+// faults are kept.
 func (e *Engine) Restart() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	clear(e.adapters)
+	e.preload()
+}
+
+// preload loads Options.Preload, in name order; e.mu is held.
+func (e *Engine) preload() {
+	for _, name := range slices.Sorted(maps.Keys(e.opts.Preload)) {
+		e.seq++
+		e.adapters[name] = adapter{path: e.opts.Preload[name], seq: e.seq, preloaded: true}
+	}
 }
 
 // Counts returns a snapshot of the counters.
@@ -299,9 +319,31 @@ func (e *Engine) Unloads() int { e.mu.Lock(); defer e.mu.Unlock(); return e.coun
 // Lists counts authorized GET /v1/models requests, faulted ones included.
 func (e *Engine) Lists() int { e.mu.Lock(); defer e.mu.Unlock(); return e.counts.Lists }
 
+// ForeignUnloads counts authorized unload requests that named an adapter the engine held
+// from Options.Preload (see Counts.ForeignUnloads).
+func (e *Engine) ForeignUnloads() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.counts.ForeignUnloads
+}
+
+// Preloaded returns the adapters the engine holds from Options.Preload, by name, with the
+// path it holds them from (changed if the API loaded them again in place).
+func (e *Engine) Preloaded() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := map[string]string{}
+	for n, a := range e.adapters {
+		if a.preloaded {
+			m[n] = a.path
+		}
+	}
+	return m
+}
+
 // KeysSeen returns, sorted, every API key presented to the engine as "Authorization: Bearer
-// <key>" (by any request but GET /health, authorized or not), "" standing for requests
-// without one: a test learns which keys a controller sent where.
+// <key>" (by any request but GET /health, authorized or not, answered or dropped), ""
+// standing for requests without one: a test learns which keys a controller sent where.
 func (e *Engine) KeysSeen() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,6 +255,21 @@ func TestAPIKey(t *testing.T) {
 				t.Errorf("KeysSeen() = %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestKeySeenOnADroppedRequest: a request dropped before any answer (the client gave up
+// during the engine's latency) still presented its key.
+func TestKeySeenOnADroppedRequest(t *testing.T) {
+	e := start(t, Options{APIKey: "s3cret", Latency: time.Hour})
+	hc := &http.Client{Timeout: 100 * time.Millisecond}
+	defer hc.CloseIdleConnections()
+	if _, err := call(t, hc, "GET", url(e, "/v1/models"), "", "Authorization: Bearer other-key"); err == nil {
+		t.Fatal("a request during an hour of latency was answered")
+	}
+	eventually(t, "the dropped request's handler to return", func() bool { return e.inFlight.Load() == 0 })
+	if got := e.KeysSeen(); !slices.Equal(got, []string{"other-key"}) {
+		t.Errorf("KeysSeen() = %q, want [other-key]", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,5 +333,88 @@ func TestPreload(t *testing.T) {
 	}
 	if got := models(t, must(t, "GET", url(e, "/v1/models"), "").body); len(got) != 2 || got[1] != "static<fake-base-model>/models/static" {
 		t.Errorf("/v1/models lists %v, want the base model and static", got)
+	}
+}
+
+// TestForeignUnloads: an unload request naming an adapter the engine holds from Preload is
+// counted, on every unload endpoint and whatever its outcome; unloads of adapters loaded
+// through the API, or of names not held, are not. A load in place keeps the adapter foreign.
+func TestForeignUnloads(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		unload func(e *Engine) string
+	}{
+		{"vllm", Options{}, func(e *Engine) string { return url(e, "/v1/unload_lora_adapter") }},
+		{"sglang", Options{Kind: SGLang}, func(e *Engine) string { return url(e, "/unload_lora_adapter") }},
+		{"sidecar", Options{Runtime: true, RuntimePort: 18081}, func(e *Engine) string { return runtimeURL(e, "/v1/lora_adapter/unload") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Preload = map[string]string{"static": "/models/static", "other": "/models/other"}
+			e := start(t, tc.opts)
+			load := url(e, "/v1/load_lora_adapter")
+			if tc.opts.Kind == SGLang {
+				load = url(e, "/load_lora_adapter")
+			}
+			if a := must(t, "POST", load, `{"lora_name":"ours","lora_path":"/p/ours"}`); a.status != 200 {
+				t.Fatalf("load ours: %d %s", a.status, a.body)
+			}
+			for _, name := range []string{"ours", "ours", "never-loaded"} { // not foreign: ours, or not held
+				must(t, "POST", tc.unload(e), `{"lora_name":"`+name+`"}`)
+			}
+			if n := e.ForeignUnloads(); n != 0 {
+				t.Fatalf("ForeignUnloads() = %d after unloads of our own and unknown adapters, want 0", n)
+			}
+			if got := e.Preloaded(); len(got) != 2 || got["static"] != "/models/static" {
+				t.Fatalf("Preloaded() = %v", got)
+			}
+
+			e.SetFault(Fault{Op: OpUnload, Status: 500, Times: 1}) // a failed attempt counts too
+			if a := must(t, "POST", tc.unload(e), `{"lora_name":"static"}`); a.status != 500 {
+				t.Fatalf("faulted unload: %d %s", a.status, a.body)
+			}
+			if n := e.ForeignUnloads(); n != 1 {
+				t.Fatalf("ForeignUnloads() = %d after a failed unload of static, want 1", n)
+			}
+			if a := must(t, "POST", tc.unload(e), `{"lora_name":"static"}`); a.status != 200 {
+				t.Fatalf("unload static: %d %s", a.status, a.body)
+			}
+			if n, held := e.ForeignUnloads(), e.Loaded(); n != 2 || !slices.Equal(held, []string{"other"}) {
+				t.Fatalf("after unloading static: ForeignUnloads() %d (want 2), holds %v (want [other])", n, held)
+			}
+			// Gone now: a second unload of the name is not counted (nothing of anyone's is held).
+			must(t, "POST", tc.unload(e), `{"lora_name":"static"}`)
+			if c := e.Counts(); c.ForeignUnloads != 2 || c.Unloads != 6 {
+				t.Fatalf("counts %+v, want 2 foreign of 6 unloads", c)
+			}
+		})
+	}
+	t.Run("load in place keeps it foreign", func(t *testing.T) {
+		e := start(t, Options{Preload: map[string]string{"static": "/models/static"}})
+		if a := must(t, "POST", url(e, "/v1/load_lora_adapter"), `{"lora_name":"static","lora_path":"/p/mine","load_inplace":true}`); a.status != 200 {
+			t.Fatalf("load in place: %d %s", a.status, a.body)
+		}
+		if got := e.Preloaded(); got["static"] != "/p/mine" {
+			t.Fatalf("Preloaded() = %v, want static from /p/mine", got)
+		}
+		must(t, "POST", url(e, "/v1/unload_lora_adapter"), `{"lora_name":"static"}`)
+		if n := e.ForeignUnloads(); n != 1 {
+			t.Fatalf("ForeignUnloads() = %d, want 1", n)
+		}
+	})
+}
+
+// TestRestartReloadsPreload: a restart forgets what the API loaded and holds the preloaded
+// adapters again, as vLLM loads its --lora-modules at every start.
+func TestRestartReloadsPreload(t *testing.T) {
+	e := start(t, Options{Preload: map[string]string{"static": "/models/static"}})
+	must(t, "POST", url(e, "/v1/unload_lora_adapter"), `{"lora_name":"static"}`)
+	must(t, "POST", url(e, "/v1/load_lora_adapter"), `{"lora_name":"ours","lora_path":"/p"}`)
+	e.Restart()
+	if got := e.Adapters(); len(got) != 1 || got["static"] != "/models/static" {
+		t.Fatalf("Adapters() after Restart = %v, want only static from /models/static", got)
+	}
+	if n := e.ForeignUnloads(); n != 1 {
+		t.Fatalf("ForeignUnloads() = %d, want 1 (counters are kept)", n)
 	}
 }

@@ -75,6 +75,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 
 	e.mu.Lock()
 	e.counts.Requests[r.Method+" "+r.URL.Path]++
+	if r.URL.Path != "/health" { // recorded before any wait: a request dropped still presented its key
+		e.keysSeen[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")] = true
+	}
 	e.mu.Unlock()
 
 	if !sleep(ctx, e.opts.Latency) {
@@ -88,9 +91,6 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 		write(w, reply{http.StatusOK, ctypeText, nil}, 0)
 		return
 	}
-	e.mu.Lock()
-	e.keysSeen[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")] = true
-	e.mu.Unlock()
 	if e.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+e.opts.APIKey {
 		write(w, vllmError(http.StatusUnauthorized, "Unauthorized", "AuthenticationError"), 0)
 		return
@@ -121,6 +121,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 	if err != nil {
 		write(w, badRequest(rt.style, "could not read request body: "+err.Error()), 0)
 		return
+	}
+	if rt.op == OpUnload {
+		e.countForeignUnload(body)
 	}
 
 	var f Fault // faults are for the LoRA management API (OpAll: its three operations)
@@ -279,6 +282,23 @@ func (e *Engine) load(name, path string, replace, lie bool) bool {
 		e.adapters[name] = adapter{path: path, seq: e.seq}
 	}
 	return true
+}
+
+// countForeignUnload counts an unload request naming an adapter held from Options.Preload,
+// before faults decide its outcome: the client tried to unload what it did not load. Every
+// unload body (vLLM, SGLang, the sidecar) names the adapter in lora_name.
+func (e *Engine) countForeignUnload(body []byte) {
+	var req struct {
+		LoraName string `json:"lora_name"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a, ok := e.adapters[req.LoraName]; ok && a.preloaded {
+		e.counts.ForeignUnloads++
+	}
 }
 
 // unload removes an adapter; it reports whether it was loaded.

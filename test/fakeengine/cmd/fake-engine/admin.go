@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +18,11 @@ import (
 
 const maxAdminBody = 1 << 20
 
-// engineView is one engine in GET /engines.
+// engineView is one engine in GET /engines. preloaded are the adapters it holds from the
+// pod's preload annotation (not loaded through the API), with the path it holds them from;
+// keysSeen the API keys presented to it by any request but GET /health, accepted or not
+// ("" for requests without one); retired marks an engine stopped (its pod gone, recreated or
+// no longer serving), as it was then, listed only with GET /engines?retired=true.
 type engineView struct {
 	Pod       string            `json:"pod"`
 	Namespace string            `json:"namespace"`
@@ -29,16 +34,21 @@ type engineView struct {
 	Runtime   bool              `json:"runtime"`
 	Loaded    []string          `json:"loaded"`
 	Adapters  map[string]string `json:"adapters"` // loaded adapters' paths by name
+	Preloaded map[string]string `json:"preloaded"`
+	KeysSeen  []string          `json:"keysSeen"`
 	Counts    countsView        `json:"counts"`
+	Retired   bool              `json:"retired,omitempty"`
 }
 
 // countsView are an engine's counters: requests is the total of requestsByPath, keyed by
-// "METHOD /path".
+// "METHOD /path"; foreignUnloads are the unloads that named an adapter the engine held from
+// its preload annotation (a client unloading what it did not load).
 type countsView struct {
 	Requests       int            `json:"requests"`
 	Loads          int            `json:"loads"`
 	Unloads        int            `json:"unloads"`
 	Lists          int            `json:"lists"`
+	ForeignUnloads int            `json:"foreignUnloads"`
 	RequestsByPath map[string]int `json:"requestsByPath"`
 }
 
@@ -59,11 +69,14 @@ func viewOf(r *running) engineView {
 		Runtime:   r.spec.Runtime,
 		Loaded:    r.engine.Loaded(),
 		Adapters:  r.engine.Adapters(),
+		Preloaded: r.engine.Preloaded(),
+		KeysSeen:  r.engine.KeysSeen(),
 		Counts: countsView{
 			Requests:       total,
 			Loads:          c.Loads,
 			Unloads:        c.Unloads,
 			Lists:          c.Lists,
+			ForeignUnloads: c.ForeignUnloads,
 			RequestsByPath: c.Requests,
 		},
 	}
@@ -135,7 +148,9 @@ func (f faultRequest) fault() (fakeengine.Fault, error) {
 
 // adminHandler serves the admin API:
 //
-//	GET    /engines                              the engines, as JSON
+//	GET    /engines                              the engines, as JSON; with ?retired=true
+//	                                             also the engines stopped since the start
+//	                                             (the last maxRetired), as they were then
 //	POST   /engines/{namespace}/{pod}/restart    the engine forgets its adapters
 //	POST   /engines/{namespace}/{pod}/fault      install a fault (JSON fakeengine.Fault)
 //	DELETE /engines/{namespace}/{pod}/fault      clear the engine's faults
@@ -146,11 +161,23 @@ func adminHandler(m *manager) http.Handler {
 	reg.MustRegister(engineCollector{m})
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /engines", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /engines", func(w http.ResponseWriter, req *http.Request) {
+		withRetired := false
+		if v := req.URL.Query().Get("retired"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid retired %q: want true or false", v))
+				return
+			}
+			withRetired = b
+		}
 		rs := m.list()
 		views := make([]engineView, 0, len(rs))
 		for _, r := range rs {
 			views = append(views, viewOf(r))
+		}
+		if withRetired {
+			views = append(views, m.retiredViews()...)
 		}
 		writeJSON(w, http.StatusOK, views)
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/loraplane/loraplane/test/fakeengine"
@@ -61,10 +62,86 @@ func TestAdminEngines(t *testing.T) {
 		t.Errorf("b = %+v", b)
 	}
 	// The wire names are the documented ones.
-	for _, field := range []string{`"pod"`, `"namespace"`, `"ip"`, `"port"`, `"kind"`, `"loaded"`, `"counts"`, `"requests"`, `"loads"`, `"unloads"`, `"lists"`} {
+	for _, field := range []string{`"pod"`, `"namespace"`, `"ip"`, `"port"`, `"kind"`, `"loaded"`, `"preloaded"`, `"keysSeen"`,
+		`"counts"`, `"requests"`, `"loads"`, `"unloads"`, `"lists"`, `"foreignUnloads"`} {
 		if !strings.Contains(got.body, field) {
 			t.Errorf("GET /engines lacks %s: %s", field, got.body)
 		}
+	}
+}
+
+// TestAdminEnginesKeysAndForeignUnloads: GET /engines tells the keys each engine was sent and
+// the unloads of adapters it was started with; with ?retired=true it also lists the engines
+// stopped since, as they were, so that nothing an engine was sent is lost with its pod.
+func TestAdminEnginesKeysAndForeignUnloads(t *testing.T) {
+	m, _ := newTestManager(t, fakeengine.Options{})
+	srv := httptest.NewServer(adminHandler(m))
+	t.Cleanup(srv.Close)
+	keyed := pod("keyed", "127.0.19.90", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{annotationAPIKey: "key-ns", annotationPreload: "static=/models/static"}
+	})
+	if err := m.sync([]*corev1.Pod{keyed}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(path, body, key string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://127.0.19.90:8000"+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := send("/v1/load_lora_adapter", `{"lora_name":"ours","lora_path":"/p"}`, "key-ns"); got != 200 {
+		t.Fatalf("load with the pod's key: %d", got)
+	}
+	if got := send("/v1/unload_lora_adapter", `{"lora_name":"static"}`, "key-other"); got != 401 {
+		t.Fatalf("unload with another key: %d, want 401", got)
+	}
+	if got := send("/v1/unload_lora_adapter", `{"lora_name":"static"}`, "key-ns"); got != 200 {
+		t.Fatalf("unload of static with the pod's key: %d", got)
+	}
+	views := func(query string) []engineView {
+		t.Helper()
+		got := must(t, "GET", srv.URL+"/engines"+query, "")
+		var vs []engineView
+		if err := json.Unmarshal([]byte(got.body), &vs); got.status != 200 || err != nil {
+			t.Fatalf("GET /engines%s = %+v (%v)", query, got, err)
+		}
+		return vs
+	}
+	want := engineView{Pod: "keyed", Namespace: "ns", UID: "keyed-uid", IP: "127.0.19.90", Port: 8000, Kind: fakeengine.VLLM,
+		BaseModel: "llama", Loaded: []string{"ours"}, Adapters: map[string]string{"ours": "/p"}, Preloaded: map[string]string{},
+		KeysSeen: []string{"key-ns", "key-other"},
+		Counts: countsView{Requests: 3, Loads: 1, Unloads: 1, ForeignUnloads: 1,
+			RequestsByPath: map[string]int{"POST /v1/load_lora_adapter": 1, "POST /v1/unload_lora_adapter": 2}}}
+	if diff := cmp.Diff([]engineView{want}, views("")); diff != "" {
+		t.Fatalf("GET /engines (-want +got):\n%s", diff)
+	}
+
+	// The pod is recreated (a new UID): the new engine starts afresh, the old one is retired.
+	if err := m.sync([]*corev1.Pod{pod("keyed", "127.0.19.90", withUID("keyed-uid-2"))}); err != nil {
+		t.Fatal(err)
+	}
+	if vs := views("?retired=false"); len(vs) != 1 || vs[0].UID != "keyed-uid-2" || len(vs[0].KeysSeen) != 0 || vs[0].Retired {
+		t.Fatalf("running engines after the pod's recreation: %+v", vs)
+	}
+	retired := want
+	retired.Retired = true
+	all := views("?retired=true")
+	if len(all) != 2 || all[0].UID != "keyed-uid-2" {
+		t.Fatalf("GET /engines?retired=true = %+v, want the new engine then the retired one", all)
+	}
+	if diff := cmp.Diff(retired, all[1]); diff != "" {
+		t.Fatalf("retired engine (-want +got):\n%s", diff)
+	}
+	if got := must(t, "GET", srv.URL+"/engines?retired=maybe", ""); got.status != 400 {
+		t.Fatalf("GET /engines?retired=maybe = %+v, want 400", got)
 	}
 }
 

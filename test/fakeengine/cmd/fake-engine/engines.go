@@ -209,7 +209,12 @@ type manager struct {
 
 	mu      sync.Mutex
 	engines map[string]*running // by pod key
+	retired []engineView        // engines stopped by sync, oldest first, at most maxRetired
 }
+
+// maxRetired bounds the stopped engines remembered for GET /engines?retired=true (a view is
+// well under 1 KiB; a 10-minute soak stops a few hundred engines).
+const maxRetired = 10000
 
 func newManager(logger klog.Logger, opts fakeengine.Options) *manager {
 	return &manager{
@@ -244,6 +249,7 @@ func (m *manager) sync(pods []*corev1.Pod) error {
 	m.mu.Unlock()
 	for _, r := range stale {
 		r.engine.Close()
+		m.retire(r)
 		want, ok := desired[r.spec.key()]
 		m.logger.Info("Stopped engine", "pod", klog.KRef(r.spec.Namespace, r.spec.Pod), "addr", r.engine.Addr(), "reason", stopReason(r.spec, want, ok))
 	}
@@ -307,6 +313,27 @@ func stopReason(had, want engineSpec, ok bool) string {
 	default:
 		return "engine settings changed"
 	}
+}
+
+// retire remembers a stopped engine as it was at the end, for GET /engines?retired=true: a
+// check of what an engine was sent over its whole life misses nothing when its pod goes
+// between two reads.
+func (m *manager) retire(r *running) {
+	v := viewOf(r)
+	v.Retired = true
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.retired) >= maxRetired {
+		m.retired = slices.Delete(m.retired, 0, len(m.retired)-maxRetired+1)
+	}
+	m.retired = append(m.retired, v)
+}
+
+// retiredViews returns the engines stopped so far, oldest first.
+func (m *manager) retiredViews() []engineView {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.retired)
 }
 
 // add takes over an engine started elsewhere (the in-pod engine of --serve-pod).

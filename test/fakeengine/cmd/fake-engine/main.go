@@ -14,7 +14,8 @@
 //	           aibrix-runtime
 //
 // An engine is closed when its pod is deleted, stops running or changes IP, and replaced by
-// a fresh one (no adapters, zeroed counters) when the pod is recreated with the same name.
+// a fresh one (no adapters, zeroed counters) when the pod is recreated with the same name;
+// GET /engines?retired=true still lists the closed ones, as they were (keys sent, unloads).
 //
 // The admin API on --admin-address lists the engines, restarts them, injects faults and
 // serves metrics; see adminHandler.

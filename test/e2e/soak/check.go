@@ -33,8 +33,27 @@ type snapshot struct {
 type engineView struct {
 	Pod       string            `json:"pod"`
 	Namespace string            `json:"namespace"`
+	UID       string            `json:"uid"`
 	Loaded    []string          `json:"loaded"`
-	Adapters  map[string]string `json:"adapters"` // path by adapter name
+	Adapters  map[string]string `json:"adapters"`  // path by adapter name
+	Preloaded map[string]string `json:"preloaded"` // held from the start (not loaded through the API), path by name
+	KeysSeen  []string          `json:"keysSeen"`  // every API key presented to it, "" for none
+	Counts    engineCounts      `json:"counts"`
+	Retired   bool              `json:"retired"` // stopped: its pod is gone or was recreated
+}
+
+// engineCounts are the counters of an engine the checker reads.
+type engineCounts struct {
+	// ForeignUnloads are the unload requests it received for an adapter it held from the
+	// start: the controller unloading what it did not load.
+	ForeignUnloads int `json:"foreignUnloads"`
+}
+
+// static reports whether the engine holds name as a static adapter: from the start, from
+// the path the driver gave it.
+func (e engineView) static(name string) bool {
+	p, ok := e.Preloaded[name]
+	return ok && p == staticPath(name) && e.Adapters[name] == p
 }
 
 // readyPods returns the names of the Ready pods of a model in a namespace, sorted.
@@ -66,7 +85,11 @@ func (s *snapshot) readyPods(ns, model string) []string {
 //     instances; no other Service or EndpointSlice in the soak namespaces;
 //   - the HTTPRoutes are exactly those of the models and adapters in use, and each
 //     namespace's ReferenceGrants admit exactly its routed Services, once each;
-//   - no engine holds an adapter that no ModelAdapter records on it.
+//   - no engine holds an adapter that no ModelAdapter records on it, but for a static one
+//     (held from the start, from its static path); each engine of a model with a static
+//     adapter holds it so.
+//
+// What an engine must never be sent, at any time, is checked by engineBreaches.
 func problems(w *worldView, s *snapshot) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -130,13 +153,33 @@ func problems(w *worldView, s *snapshot) []string {
 			add("adapter %s: exists, the driver deleted it (deletionTimestamp %v, finalizers %v)", key, obj.DeletionTimestamp, obj.Finalizers)
 		}
 	}
+	static := map[string]string{} // namespace/pod -> its model's static adapter
+	for _, m := range w.models {
+		if m.static == "" {
+			continue
+		}
+		for _, p := range s.pods {
+			if p.Namespace == m.ns && p.Labels[v1alpha1.ModelNameLabel] == m.name {
+				static[p.Namespace+"/"+p.Name] = m.static
+			}
+		}
+	}
 	for _, key := range slices.Sorted(maps.Keys(s.engines)) {
 		e := s.engines[key]
 		if !s.namespace[e.Namespace] {
 			continue
 		}
-		if extra := missingFrom(e.Loaded, wantOn[key]); len(extra) > 0 {
+		var extra []string
+		for _, name := range missingFrom(e.Loaded, wantOn[key]) {
+			if !e.static(name) {
+				extra = append(extra, name)
+			}
+		}
+		if len(extra) > 0 {
 			add("engine %s holds %v, which no ModelAdapter records on it", key, extra)
+		}
+		if name, ok := static[key]; ok && !e.static(name) {
+			add("engine %s does not hold its static adapter %s from %s (holds it from %q)", key, name, staticPath(name), e.Adapters[name])
 		}
 	}
 
@@ -231,5 +274,57 @@ func sorted(s []string) []string {
 	if out == nil {
 		return []string{}
 	}
+	return out
+}
+
+// breach is a never-invariant an engine broke, at some time of its life; id names the engine
+// (by pod UID) and what it broke, so that a breach is reported once however often it is read.
+type breach struct {
+	id, invariant, detail string
+}
+
+// The invariants over an engine's whole life.
+const (
+	invariantForeignKey    = "no foreign API key"
+	invariantForeignUnload = "no foreign unload"
+)
+
+// engineBreaches checks every engine the fake engine has run, stopped ones included, against
+// what must never happen to an engine, whenever the checker looks:
+//
+//   - an engine is never sent an API key other than one its namespace has had (keys: every
+//     key of each namespace over the run), be it another namespace's or no namespace's;
+//   - an engine never receives an unload of an adapter it held from the start (a static one,
+//     --lora-modules): the controller unloads only what it loaded.
+func engineBreaches(keys map[string][]string, engines []engineView) []breach {
+	owner := map[string]string{} // key -> namespace
+	for ns, ks := range keys {
+		for _, k := range ks {
+			owner[k] = ns
+		}
+	}
+	var out []breach
+	for _, e := range engines {
+		id := fmt.Sprintf("%s/%s (pod uid %s)", e.Namespace, e.Pod, e.UID)
+		if e.Retired {
+			id += " (stopped)"
+		}
+		for _, k := range e.KeysSeen {
+			if k == "" || slices.Contains(keys[e.Namespace], k) {
+				continue
+			}
+			whose := "a key of no soak namespace"
+			if ns, ok := owner[k]; ok {
+				whose = "namespace " + ns + "'s API key"
+			}
+			out = append(out, breach{id: "key " + e.UID + " " + k, invariant: invariantForeignKey,
+				detail: fmt.Sprintf("engine %s was sent %s %q", id, whose, k)})
+		}
+		if n := e.Counts.ForeignUnloads; n > 0 {
+			out = append(out, breach{id: "unload " + e.UID, invariant: invariantForeignUnload,
+				detail: fmt.Sprintf("engine %s received %d unload(s) of an adapter it held from the start (static now: %v)", id, n, slices.Sorted(maps.Keys(e.Preloaded)))})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
 }

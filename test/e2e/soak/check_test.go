@@ -1,6 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +122,22 @@ func TestProblems(t *testing.T) {
 		{"an engine in another namespace is not ours", func(_ *worldView, s *snapshot) {
 			s.engines["other/p"] = engineView{Namespace: "other", Pod: "p", Loaded: []string{"x"}}
 		}, ""},
+		{"a static adapter named like another model's adapter", func(w *worldView, s *snapshot) { withStatic(w, s, "other-a1", staticPath("other-a1")) }, ""},
+		{"a static adapter replaced from another path", func(w *worldView, s *snapshot) {
+			withStatic(w, s, "other-a1", "soak/other-a1-v1")
+		}, "engine ns/m-2 holds [other-a1], which no ModelAdapter records on it"},
+		{"a static adapter gone", func(w *worldView, s *snapshot) {
+			withStatic(w, s, "other-a1", staticPath("other-a1"))
+			e := s.engines["ns/m-0"]
+			e.Loaded, e.Adapters, e.Preloaded = []string{"all"}, map[string]string{"all": "soak/all-v1"}, nil
+			s.engines["ns/m-0"] = e
+		}, `engine ns/m-0 does not hold its static adapter other-a1 from /models/static/other-a1 (holds it from "")`},
+		{"an adapter loaded where a static one was expected is not static", func(_ *worldView, s *snapshot) {
+			e := s.engines["ns/m-0"]
+			e.Loaded = append(e.Loaded, "x")
+			e.Adapters["x"] = staticPath("x") // the path, but not held from the start
+			s.engines["ns/m-0"] = e
+		}, "engine ns/m-0 holds [x], which no ModelAdapter records on it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,6 +157,101 @@ func TestProblems(t *testing.T) {
 			}
 			t.Fatalf("problems = %q, want one containing %q", got, tt.want)
 		})
+	}
+}
+
+// withStatic gives model m a static adapter and each of its engines that adapter, held from
+// the start from path (the static path, or another if something loaded it again in place).
+func withStatic(w *worldView, s *snapshot, name, path string) {
+	w.models[0].static = name
+	for key, e := range s.engines {
+		if e.Namespace != "ns" {
+			continue
+		}
+		e.Loaded = append(slices.Clone(e.Loaded), name)
+		e.Adapters = maps.Clone(e.Adapters)
+		e.Adapters[name] = path
+		e.Preloaded = map[string]string{name: path}
+		s.engines[key] = e
+	}
+}
+
+func TestEngineBreaches(t *testing.T) {
+	keys := map[string][]string{"ns-a": {"key-a1", "key-a2"}, "ns-b": {"key-b1"}}
+	engine := func(ns, pod string, change func(e *engineView)) engineView {
+		e := engineView{Namespace: ns, Pod: pod, UID: pod + "-uid", KeysSeen: []string{"", "key-a1"},
+			Preloaded: map[string]string{"b-m1-a2": staticPath("b-m1-a2")}}
+		if change != nil {
+			change(&e)
+		}
+		return e
+	}
+	tests := []struct {
+		name    string
+		engines []engineView
+		want    []breach
+	}{
+		{"clean: no key, its namespace's keys (an old one too), a static adapter left alone", []engineView{
+			engine("ns-a", "p1", nil),
+			engine("ns-a", "p2", func(e *engineView) { e.KeysSeen = []string{"key-a2"} }),
+			engine("ns-b", "p3", func(e *engineView) { e.KeysSeen = []string{"", "key-b1"} }),
+		}, nil},
+		{"another namespace's key", []engineView{
+			engine("ns-b", "p3", func(e *engineView) { e.KeysSeen = []string{"key-a2", "key-b1"} }),
+		}, []breach{{id: "key p3-uid key-a2", invariant: invariantForeignKey,
+			detail: `engine ns-b/p3 (pod uid p3-uid) was sent namespace ns-a's API key "key-a2"`}}},
+		{"a key of no namespace, on an engine stopped since", []engineView{
+			engine("ns-a", "p1", func(e *engineView) { e.KeysSeen = []string{"guess"}; e.Retired = true }),
+		}, []breach{{id: "key p1-uid guess", invariant: invariantForeignKey,
+			detail: `engine ns-a/p1 (pod uid p1-uid) (stopped) was sent a key of no soak namespace "guess"`}}},
+		{"a soak key on an engine of a namespace without keys", []engineView{
+			engine("elsewhere", "q", func(e *engineView) { e.KeysSeen = []string{"key-b1"} }),
+		}, []breach{{id: "key q-uid key-b1", invariant: invariantForeignKey,
+			detail: `engine elsewhere/q (pod uid q-uid) was sent namespace ns-b's API key "key-b1"`}}},
+		{"an unload of an adapter it was started with", []engineView{
+			engine("ns-a", "p1", func(e *engineView) { e.Counts.ForeignUnloads = 2; e.Preloaded = nil }),
+			engine("ns-a", "p2", nil),
+		}, []breach{{id: "unload p1-uid", invariant: invariantForeignUnload,
+			detail: "engine ns-a/p1 (pod uid p1-uid) received 2 unload(s) of an adapter it held from the start (static now: [])"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := engineBreaches(keys, tt.engines)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("engineBreaches =\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckEnginesReportsOnce: the monitor reads every engine the fake engine ran (stopped
+// ones included) and reports each breach once, however often it reads it.
+func TestCheckEnginesReportsOnce(t *testing.T) {
+	var query string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		query = r.URL.RawQuery
+		fmt.Fprint(w, `[{"namespace":"ns-a","pod":"p","uid":"u1","keysSeen":["key-b"],"counts":{"foreignUnloads":0}},
+			{"namespace":"ns-a","pod":"p","uid":"u0","retired":true,"keysSeen":[""],"counts":{"foreignUnloads":1}}]`)
+	}))
+	defer srv.Close()
+	w := newWorld([]string{"ns-a", "ns-b"})
+	w.keyLog = map[string][]string{"ns-a": {"key-a"}, "ns-b": {"key-b"}}
+	d := &driver{o: options{engineAdmin: srv.URL, seed: 7}, world: w, step: 3, logf: func(string, ...any) {}}
+	m := &monitor{d: d}
+	for range 2 {
+		if _, err := m.checkEngines(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if query != "retired=true" {
+		t.Errorf("read /engines?%s, want the stopped engines too", query)
+	}
+	want := []violation{
+		{Step: 3, Seed: 7, Invariant: invariantForeignKey, Detail: `engine ns-a/p (pod uid u1) was sent namespace ns-b's API key "key-b"`},
+		{Step: 3, Seed: 7, Invariant: invariantForeignUnload, Detail: "engine ns-a/p (pod uid u0) (stopped) received 1 unload(s) of an adapter it held from the start (static now: [])"},
+	}
+	if got := m.violations(); !slices.Equal(got, want) {
+		t.Fatalf("violations =\n%+v\nwant\n%+v", got, want)
 	}
 }
 

@@ -27,10 +27,11 @@ import (
 )
 
 const (
-	apiKeyAnnotation = "fake-engine.loraplane.dev/api-key"
-	keySecret        = "engine-key"
-	maxModelsPerNS   = 3
-	maxAdaptersPer   = 3
+	apiKeyAnnotation  = "fake-engine.loraplane.dev/api-key"
+	preloadAnnotation = "fake-engine.loraplane.dev/preload" // name=path: the engine holds it from the start
+	keySecret         = "engine-key"
+	maxModelsPerNS    = 3
+	maxAdaptersPer    = 3
 )
 
 // replicas of each controller in hack/stack.sh, with their plain-HTTP metrics endpoints.
@@ -139,6 +140,12 @@ func (d *driver) createModel(ctx context.Context, ns string) (bool, error) {
 		return false, nil
 	}
 	m := &model{ns: ns, name: d.name(ns + "-m"), replicas: 1 + d.rng.IntN(4), keyed: d.rng.IntN(3) == 0}
+	// One model in two holds a static adapter named like an existing ModelAdapter (of
+	// another model: this one has none yet), in any namespace.
+	if names := d.world.allAdapterNames(); len(names) > 0 && d.rng.IntN(2) == 0 {
+		m.static = pick(d.rng, names)
+		d.report.Operations["models with a static adapter"]++
+	}
 	key := d.world.keys[ns]
 	d.world.models[ns+"/"+m.name] = m
 	d.world.mu.Unlock()
@@ -159,9 +166,12 @@ func (d *driver) create(ctx context.Context, obj client.Object) error {
 
 func deployment(m *model, key string) *appsv1.Deployment {
 	labels := map[string]string{v1alpha1.ModelNameLabel: m.name, v1alpha1.ModelPortLabel: "8000", v1alpha1.AdapterEnabledLabel: "true"}
-	var ann map[string]string
+	ann := map[string]string{}
 	if m.keyed {
-		ann = map[string]string{apiKeyAnnotation: key}
+		ann[apiKeyAnnotation] = key
+	}
+	if m.static != "" {
+		ann[preloadAnnotation] = m.static + "=" + staticPath(m.static)
 	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.ns, Labels: map[string]string{v1alpha1.ModelNameLabel: m.name, v1alpha1.ModelPortLabel: "8000"}},
@@ -351,6 +361,7 @@ func (d *driver) setKey(ctx context.Context, ns string, rollout bool) error {
 	key := fmt.Sprintf("mp-soak-%s-%d", ns, d.rng.Uint64())
 	d.world.mu.Lock()
 	d.world.keys[ns] = key
+	d.world.keyLog[ns] = append(d.world.keyLog[ns], key) // before any controller can read it
 	var keyed []string
 	for _, m := range d.world.modelsOf(ns) {
 		if m.keyed {
@@ -407,6 +418,20 @@ func (d *driver) engines(ctx context.Context) (map[string]engineView, error) {
 		out[e.Namespace+"/"+e.Pod] = e
 	}
 	return out, nil
+}
+
+// engineHistory reads every engine the fake engine has run, the stopped ones included (as
+// they were when stopped), for the invariants over an engine's whole life.
+func (d *driver) engineHistory(ctx context.Context) ([]engineView, error) {
+	body, err := get(ctx, d.o.engineAdmin+"/engines?retired=true")
+	if err != nil {
+		return nil, err
+	}
+	var list []engineView
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		return nil, err
+	}
+	return list, nil
 }
 
 // engineCall posts to (or deletes at) the admin API of one engine. A pod gone meanwhile

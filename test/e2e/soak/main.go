@@ -5,8 +5,9 @@
 // engines down, failing loads and unloads, slow engines, engine restarts, API key rotation,
 // SIGKILLed leaders, API server restarts and restarts behind a slow API server. After every
 // step it waits for a quiet, converged cluster and checks the invariants (see problems); it
-// watches for objects deleted while their source exists and samples each controller's
-// goroutines and RSS. It writes a markdown and a JSON report to -out and exits 1 on any
+// watches for objects deleted while their source exists, checks that no engine is ever sent
+// another namespace's API key or an unload of an adapter it was started with
+// (engineBreaches), and samples each controller's goroutines and RSS. It writes a markdown and a JSON report to -out and exits 1 on any
 // invariant violation.
 //
 // The sequence of changes and faults depends only on the seed, which is printed for replay.
@@ -60,6 +61,7 @@ type options struct {
 	slowList       time.Duration
 	window         time.Duration
 	sampleInterval time.Duration
+	engineInterval time.Duration
 	killCooldown   time.Duration
 }
 
@@ -82,6 +84,7 @@ func main() {
 	flag.DurationVar(&o.window, "fault-window", 6*time.Second, "How long engine faults stay installed.")
 	flag.DurationVar(&o.killCooldown, "kill-cooldown", 100*time.Second, "Least time between two faults that kill controller processes.")
 	flag.DurationVar(&o.sampleInterval, "sample-interval", 5*time.Second, "How often goroutines and RSS are sampled.")
+	flag.DurationVar(&o.engineInterval, "engine-interval", 2*time.Second, "How often the keys and unloads every engine received are checked (stopped engines included).")
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -194,6 +197,7 @@ func run(ctx context.Context, o options) error {
 		wg.Go(func() { mon.watchDeletions(mctx, &corev1.ServiceList{}, ns) })
 	}
 	wg.Go(func() { mon.sample(mctx, o.sampleInterval) })
+	wg.Go(func() { mon.watchEngines(mctx, o.engineInterval) })
 
 	for step := 1; time.Since(start) < o.duration && ctx.Err() == nil; step++ {
 		d.step = step
@@ -205,6 +209,13 @@ func run(ctx context.Context, o options) error {
 	}
 	stopMonitors()
 	wg.Wait()
+	// A last look at every engine, after the last step.
+	if es, err := mon.checkEngines(ctx); err != nil {
+		rep.violate(d.step, o.seed, "engine history", "reading every engine the fake engine ran at the end: "+err.Error())
+	} else {
+		rep.Engines = summarizeEngines(es)
+		d.logf("soak: %s", rep.Engines)
+	}
 	rep.Duration = time.Since(start).Round(time.Second).String()
 	rep.Violations = append(rep.Violations, mon.violations()...)
 	rep.Resources, rep.Trends = mon.trends()

@@ -21,8 +21,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
-// monitor watches for owned objects deleted while their source still exists, and samples
-// the controllers' goroutines and RSS.
+// monitor watches for owned objects deleted while their source still exists, checks what
+// every engine was ever sent, and samples the controllers' goroutines and RSS.
 type monitor struct {
 	d     *driver
 	k8s   client.WithWatch
@@ -31,6 +31,47 @@ type monitor struct {
 	mu      sync.Mutex
 	bad     []violation
 	samples map[string]map[string][]sample // replica -> "pid metric" -> samples
+
+	engMu    sync.Mutex
+	breached map[string]bool // breach ids reported
+}
+
+// watchEngines checks the engines' whole lives (engineBreaches) every interval until ctx
+// ends. The fake engine keeps the record of stopped engines, so a breach on an engine whose
+// pod went between two reads is still seen; reading often only dates it to its step.
+func (m *monitor) watchEngines(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, _ = m.checkEngines(ctx) // a failed read is retried at the next tick
+	}
+}
+
+// checkEngines reads every engine the fake engine has run and reports each breach not
+// reported before, and returns what it read.
+func (m *monitor) checkEngines(ctx context.Context) ([]engineView, error) {
+	es, err := m.d.engineHistory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bs := engineBreaches(m.d.world.keyHistory(), es)
+	m.engMu.Lock()
+	defer m.engMu.Unlock()
+	if m.breached == nil {
+		m.breached = map[string]bool{}
+	}
+	for _, b := range bs {
+		if !m.breached[b.id] {
+			m.breached[b.id] = true
+			m.violate(b.invariant, b.detail)
+		}
+	}
+	return es, nil
 }
 
 // watchDeletions watches a collection in a namespace until ctx ends. A deleted HTTPRoute

@@ -50,11 +50,46 @@ type report struct {
 	Deletions     summary                    `json:"deletionToGone"`
 	DeletionBound string                     `json:"deletionBound"`
 	Exits         map[string]int             `json:"unplannedExits"`
+	Engines       engineSummary              `json:"engines"`
 	Resources     []resourceTrend            `json:"resources"`
 	Trends        []violation                `json:"-"`
 	Violations    []violation                `json:"violations"`
 	convergence   map[string][]time.Duration `json:"-"`
 	deletions     []time.Duration            `json:"-"`
+}
+
+// engineSummary is how much the invariants over the engines' lives had to judge.
+type engineSummary struct {
+	Engines int `json:"engines"` // every engine the fake engine ran
+	Stopped int `json:"stopped"` // of which stopped (pods gone or recreated)
+	Keyed   int `json:"sentAKey"`
+	Static  int `json:"heldAStaticAdapter"`
+	// StaticUnloads are unloads of a static adapter's name sent to engines that held it
+	// from the start: each is a violation.
+	StaticUnloads int `json:"foreignUnloads"`
+}
+
+func summarizeEngines(es []engineView) engineSummary {
+	var s engineSummary
+	for _, e := range es {
+		s.Engines++
+		if e.Retired {
+			s.Stopped++
+		}
+		if slices.ContainsFunc(e.KeysSeen, func(k string) bool { return k != "" }) {
+			s.Keyed++
+		}
+		if len(e.Preloaded) > 0 || e.Counts.ForeignUnloads > 0 {
+			s.Static++
+		}
+		s.StaticUnloads += e.Counts.ForeignUnloads
+	}
+	return s
+}
+
+func (s engineSummary) String() string {
+	return fmt.Sprintf("%d engines ran (%d stopped since): %d were sent an API key, %d held a static adapter; %d unloads of a static adapter",
+		s.Engines, s.Stopped, s.Keyed, s.Static, s.StaticUnloads)
 }
 
 func newReport(o options) *report {
@@ -116,6 +151,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "\nConvergence is measured from the end of a step's fault window (engine faults removed, killed\nprocesses started again) until every invariant holds. A step with two faults counts under both.\n\n")
 	fmt.Fprintf(&b, "Deleted ModelAdapters gone (finalizer released) after p50 %.1f s, p99 %.1f s, max %.1f s (%d deletions; bound %s).\n\n",
 		r.Deletions.P50, r.Deletions.P99, r.Deletions.Max, r.Deletions.N, r.DeletionBound)
+	fmt.Fprintf(&b, "Engines, over their whole lives: %s. None may be sent a key its namespace never had, nor an unload of an adapter it was started with.\n\n", r.Engines)
 	if len(r.Exits) > 0 {
 		b.WriteString("Unplanned process exits (restarted by the driver, as a kubelet would):")
 		for _, k := range slices.Sorted(maps.Keys(r.Exits)) {

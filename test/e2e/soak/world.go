@@ -12,7 +12,15 @@ type model struct {
 	ns, name string
 	replicas int
 	keyed    bool // its engines want the namespace's API key
+	// static is an adapter its engines hold from the start (vLLM's --lora-modules: not the
+	// controller's to unload), from staticPath; "" for none. It is named like a ModelAdapter
+	// of another model, of this namespace or another, so that a controller going by name
+	// alone would take it for that adapter's.
+	static string
 }
+
+// staticPath is where an engine holds a static adapter from: no artifact the driver sets.
+func staticPath(name string) string { return "/models/static/" + name }
 
 // adapter is a ModelAdapter the driver created.
 type adapter struct {
@@ -37,13 +45,26 @@ type world struct {
 	adapters  map[string]*adapter // by namespace/name
 	deleting  map[string]deletion // adapters deleted, not yet seen gone
 	keys      map[string]string   // API key by namespace
+	keyLog    map[string][]string // every API key each namespace has had, oldest first
 	next      int
 	namespace []string
 }
 
 func newWorld(namespaces []string) *world {
 	return &world{models: map[string]*model{}, adapters: map[string]*adapter{}, deleting: map[string]deletion{},
-		keys: map[string]string{}, namespace: namespaces}
+		keys: map[string]string{}, keyLog: map[string][]string{}, namespace: namespaces}
+}
+
+// keyHistory returns every API key each namespace has had: an engine of the namespace may
+// be sent any of them (a rotation leaves pods with the previous key), and no other.
+func (w *world) keyHistory() map[string][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string][]string, len(w.keyLog))
+	for ns, ks := range w.keyLog {
+		out[ns] = slices.Clone(ks)
+	}
+	return out
 }
 
 // worldView is a consistent copy of the world for one check.
@@ -127,6 +148,15 @@ func (w *world) adapterExists(key string) bool {
 	defer w.mu.Unlock()
 	_, ok := w.adapters[key]
 	return ok
+}
+
+// allAdapterNames are the names of every adapter in the world, sorted; w.mu is held.
+func (w *world) allAdapterNames() []string {
+	out := []string{}
+	for _, k := range slices.Sorted(maps.Keys(w.adapters)) {
+		out = append(out, w.adapters[k].name)
+	}
+	return out
 }
 
 func (w *world) modelsOf(ns string) []*model {

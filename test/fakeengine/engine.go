@@ -255,12 +255,7 @@ func (e *Engine) Kind() Kind { return e.opts.Kind }
 func (e *Engine) Loaded() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	names := make([]string, 0, len(e.adapters))
-	for n := range e.adapters {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(e.adapters))
 }
 
 // Adapters returns the loaded adapters' paths by name (for the sidecar: the artifact URL).
@@ -347,10 +342,5 @@ func (e *Engine) Preloaded() map[string]string {
 func (e *Engine) KeysSeen() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	keys := make([]string, 0, len(e.keysSeen))
-	for k := range e.keysSeen {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return slices.Sorted(maps.Keys(e.keysSeen))
 }

@@ -268,12 +268,12 @@ func (r *Reconciler) reportLoads(a *v1alpha1.ModelAdapter, c *engineCalls) {
 	if len(c.newlyLoaded) > 0 && !firstPlacement(a) {
 		slices.Sort(c.newlyLoaded)
 		r.event(a, corev1.EventTypeNormal, ReasonLoaded, "Load", fmt.Sprintf("Loaded and verified on %d pods: %s",
-			len(c.newlyLoaded), summarize(c.newlyLoaded, 10)))
+			len(c.newlyLoaded), summarize(c.newlyLoaded)))
 	}
 	if len(c.reloaded) > 0 {
 		slices.Sort(c.reloaded)
 		r.event(a, corev1.EventTypeNormal, ReasonReloaded, "Load", fmt.Sprintf("Reloaded %s and verified on %d pods: %s",
-			a.Spec.ArtifactURL, len(c.reloaded), summarize(c.reloaded, 10)))
+			a.Spec.ArtifactURL, len(c.reloaded), summarize(c.reloaded)))
 	}
 	r.reportFailures(a, ReasonLoadFailed, "Load", "Loading "+a.Spec.ArtifactURL, c.loadFailed)
 	r.reportFailures(a, ReasonReloadFailed, "Load", "Reloading "+a.Spec.ArtifactURL, c.reloadFailed)
@@ -284,7 +284,7 @@ func (r *Reconciler) reportLoads(a *v1alpha1.ModelAdapter, c *engineCalls) {
 func (r *Reconciler) reportUnloads(a *v1alpha1.ModelAdapter, unloaded []string, failed []podFailure) {
 	if len(unloaded) > 0 {
 		names := slices.Sorted(slices.Values(unloaded))
-		r.event(a, corev1.EventTypeNormal, ReasonUnloaded, "Unload", fmt.Sprintf("Unloaded from %d pods: %s", len(names), summarize(names, 10)))
+		r.event(a, corev1.EventTypeNormal, ReasonUnloaded, "Unload", fmt.Sprintf("Unloaded from %d pods: %s", len(names), summarize(names)))
 	}
 	r.reportFailures(a, ReasonUnloadFailed, "Unload", "Unloading", failed)
 }
@@ -339,8 +339,11 @@ func (r *Reconciler) givesUp(err error, failures int) bool {
 	return failures >= r.opts.RetryLimit || !engine.IsRetryable(err)
 }
 
-// summarize lists at most n names and says how many more there are.
-func summarize(names []string, n int) string { return summarizeSep(names, n, ", ") }
+// summarize lists at most summarizedPods names and says how many more there are.
+func summarize(names []string) string { return summarizeSep(names, summarizedPods, ", ") }
+
+// summarizedPods is how many pods an event or message names before "and N more".
+const summarizedPods = 10
 
 // summarizeSep is summarize with items joined by sep.
 func summarizeSep(items []string, n int, sep string) string {

@@ -69,38 +69,10 @@ func (r *Reconciler) finalize(ctx context.Context, a *v1alpha1.ModelAdapter) (re
 		names = append(names, pod.Name)
 	}
 	klog.FromContext(ctx).V(2).Info("Unloading a deleted adapter", "pods", names, "gonePods", gone)
-	var (
-		mu       sync.Mutex
-		jobs     []func()
-		failed   []podFailure
-		unloaded []string
-		left     []*corev1.Pod
-	)
-	for _, pod := range holding {
-		jobs = append(jobs, func() {
-			err := r.unload(ctx, a, pod, keyFor(pod))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failed = append(failed, podFailure{pod: pod.Name, err: err})
-				left = append(left, pod)
-				return
-			}
-			unloaded = append(unloaded, pod.Name)
-		})
-	}
 	sentAt := r.clock.Now()
-	runBounded(jobs, r.opts.MaxParallelEngineCalls)
+	unloaded, failed, left := r.unloadFrom(ctx, a, holding, keyFor)
 	if len(failed) == 0 {
-		// An unload sent before the horizon of a load that ended without an answer proves
-		// nothing: that load may still land. Unloaded again once the horizon has passed.
-		var wait time.Duration
-		for _, pod := range holding {
-			if left, settled := r.unanswered.settledBy(keyOfLoad(a, pod), sentAt, r.clock.Now()); !settled && left > wait {
-				wait = left
-			}
-		}
-		if wait > 0 {
+		if wait := r.unansweredWait(a, holding, sentAt); wait > 0 {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		r.reportUnloads(a, unloaded, nil)
@@ -173,4 +145,41 @@ func (r *Reconciler) loadedPath(pod *corev1.Pod, a *v1alpha1.ModelAdapter) strin
 		return ""
 	}
 	return path
+}
+
+// unansweredWait is how long deletion must wait before unloading again: an unload sent (at
+// sentAt) before the horizon of a load that ended without an answer proves nothing, as that
+// load may still land. 0 when every unload settled its pod.
+func (r *Reconciler) unansweredWait(a *v1alpha1.ModelAdapter, holding []*corev1.Pod, sentAt time.Time) time.Duration {
+	var wait time.Duration
+	for _, pod := range holding {
+		if left, settled := r.unanswered.settledBy(keyOfLoad(a, pod), sentAt, r.clock.Now()); !settled && left > wait {
+			wait = left
+		}
+	}
+	return wait
+}
+
+// unloadFrom unloads the adapter from every pod in holding (bounded in parallel), each with
+// keyFor's key, and returns the pods unloaded and those that failed.
+func (r *Reconciler) unloadFrom(ctx context.Context, a *v1alpha1.ModelAdapter, holding []*corev1.Pod, keyFor func(*corev1.Pod) string) (unloaded []string, failed []podFailure, left []*corev1.Pod) {
+	var (
+		mu   sync.Mutex
+		jobs []func()
+	)
+	for _, pod := range holding {
+		jobs = append(jobs, func() {
+			err := r.unload(ctx, a, pod, keyFor(pod))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, podFailure{pod: pod.Name, err: err})
+				left = append(left, pod)
+				return
+			}
+			unloaded = append(unloaded, pod.Name)
+		})
+	}
+	runBounded(jobs, r.opts.MaxParallelEngineCalls)
+	return unloaded, failed, left
 }

@@ -145,7 +145,7 @@ func setUpToDate(set setCondition, p *pass) {
 		failed := slices.Sorted(slices.Values(ro.failed))
 		set(v1alpha1.ConditionUpToDate, false, ReasonRolloutFailed, text.Truncate(fmt.Sprintf(
 			"Loading %s failed on %d pods (%s); %d other instances keep serving the earlier artifact: %v",
-			a.Spec.ArtifactURL, len(failed), summarize(failed, 10), serving, ro.err), maxFailureMessage))
+			a.Spec.ArtifactURL, len(failed), summarize(failed), serving, ro.err), maxFailureMessage))
 	case ro.pending():
 		set(v1alpha1.ConditionUpToDate, false, ReasonRolling, fmt.Sprintf(
 			"Rolling out %s one pod at a time: %d of %d instances serve it; reloading %s next",

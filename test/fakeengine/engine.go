@@ -255,7 +255,7 @@ func (e *Engine) Kind() Kind { return e.opts.Kind }
 func (e *Engine) Loaded() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Sorted(maps.Keys(e.adapters))
+	return append([]string{}, slices.Sorted(maps.Keys(e.adapters))...) // [] for none, not nil
 }
 
 // Adapters returns the loaded adapters' paths by name (for the sidecar: the artifact URL).
@@ -342,5 +342,5 @@ func (e *Engine) Preloaded() map[string]string {
 func (e *Engine) KeysSeen() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Sorted(maps.Keys(e.keysSeen))
+	return append([]string{}, slices.Sorted(maps.Keys(e.keysSeen))...) // [] for none, not nil
 }

@@ -217,13 +217,16 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 	}
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())
 	RegisterMetrics()
-	adaptersByPhase.setReader(c)
 	return r
 }
 
 // SetupWithManager registers the controller and the inventory poller on the (gated)
 // manager: both start only after every cache has synced.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	// The phase gauge reads the manager's cache at each scrape: set here, by the controller
+	// the process runs, not by every reconciler built (unit tests build many, each on a fake
+	// client, in the same process as the suite's controller).
+	adaptersByPhase.setReader(r.client)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podModelIndex, podModel); err != nil {
 		return fmt.Errorf("indexing pods by model: %w", err)
 	}

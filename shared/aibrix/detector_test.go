@@ -227,7 +227,7 @@ func TestDetectorTransientReadErrors(t *testing.T) {
 		"timeout":            apierrors.NewTimeoutError("request timed out", 1),
 		"throttled":          apierrors.NewTooManyRequests("slow down", 1),
 		"internal error":     apierrors.NewInternalError(fmt.Errorf("boom")),
-		"connection refused": fmt.Errorf(`Get "https://10.96.0.1:443/apis/coordination.k8s.io/v1": dial tcp 10.96.0.1:443: connect: %w`, syscall.ECONNREFUSED),
+		"connection refused": fmt.Errorf(`Get "https://127.0.0.1:6443/apis/coordination.k8s.io/v1": dial tcp 127.0.0.1:6443: connect: %w`, syscall.ECONNREFUSED),
 		"deadline exceeded":  context.DeadlineExceeded,
 	}
 	before := map[string]struct {

@@ -98,13 +98,16 @@ func TestVerificationListsShared(t *testing.T) {
 		loads += e.Loads()
 		lists += e.Lists()
 	}
+	shared := metricValue(t, "loraplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"}) - sharedBefore
 	t.Logf("%d adapters x %d pods: %d load calls, %d list calls (verifications and inventory polls), %.2f lists per load; %.0f list requests shared a call",
-		adapters, podCount, loads, lists, float64(lists)/float64(loads),
-		metricValue(t, "loraplane_adapter_inventory_list_requests_total", map[string]string{"call": "shared"})-sharedBefore)
+		adapters, podCount, loads, lists, float64(lists)/float64(loads), shared)
 	if loads < adapters*podCount {
 		t.Errorf("%d load calls, want at least %d", loads, adapters*podCount)
 	}
-	if lists >= loads {
-		t.Errorf("%d list calls for %d loads, want fewer: verifications of loads onto the same pod are not shared", lists, loads)
+	// The engines' list count also holds the inventory polls, whose number depends on how long
+	// the loads took on this machine (a busy CI runner saw 50 lists for 50 loads with 15 shared),
+	// so the sharing itself is what is checked: requests answered by a call already under way.
+	if shared < 1 {
+		t.Errorf("no list request shared a call (%d list calls for %d loads): verifications of loads onto the same pod are not shared", lists, loads)
 	}
 }

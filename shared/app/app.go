@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,9 @@ type Config struct {
 	ByObject map[client.Object]cache.ByObject
 	// RESTConfig overrides the kubeconfig lookup (tests).
 	RESTConfig *rest.Config
+	// Transform, when set, runs on every object entering a cache after managedFields are
+	// stripped, e.g. to drop annotations the controller never reads.
+	Transform toolscache.TransformFunc
 }
 
 // App is a manager behind a sync gate.
@@ -67,8 +71,19 @@ func New(o *Options, c Config) (*App, error) {
 	cfg.Burst = o.Burst
 	cfg.UserAgent = c.Controller + "/" + version.Version
 
+	transform := cache.TransformStripManagedFields()
+	if extra := c.Transform; extra != nil {
+		strip := transform
+		transform = func(obj any) (any, error) {
+			out, err := strip(obj)
+			if err != nil {
+				return nil, err
+			}
+			return extra(out)
+		}
+	}
 	cacheOpts := cache.Options{
-		DefaultTransform:            cache.TransformStripManagedFields(),
+		DefaultTransform:            transform,
 		ByObject:                    maps.Clone(c.ByObject),
 		ReaderFailOnMissingInformer: true,
 	}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,7 +158,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	opts := o.Adapter
 	opts.AIBrix = aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
 	if opts.StrayNamespace == "" {
-		opts.StrayNamespace = ownNamespace(o.LeaderElectionNamespace)
+		opts.StrayNamespace = o.OwnNamespace()
 	}
 	if opts.StrayNamespace == "" {
 		klog.FromContext(ctx).Info("Keeping stray loads in memory only: the controller's namespace is unknown (not in a cluster, no --leader-election-namespace)")
@@ -177,22 +175,6 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 		return nil, fmt.Errorf("setting up the ModelAdapter controller: %w", err)
 	}
 	return a, nil
-}
-
-// serviceAccountNamespaceFile holds the namespace of the pod the process runs in.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-// ownNamespace is the controller's namespace: --leader-election-namespace when set (its
-// Lease is there), else the namespace of the pod it runs in, else "" (out of a cluster).
-func ownNamespace(leaderElectionNamespace string) string {
-	if leaderElectionNamespace != "" {
-		return leaderElectionNamespace
-	}
-	b, err := os.ReadFile(serviceAccountNamespaceFile)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // Run builds the manager (see Build) and runs it until ctx ends; with --delete-all-adapters

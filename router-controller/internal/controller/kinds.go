@@ -64,6 +64,12 @@ type sourceObject struct {
 	obj  *metav1.PartialObjectMetadata
 }
 
+// id identifies the workload in what the router remembers about it: kind, namespace, name
+// and UID (a workload created again under its name is a new one).
+func (o sourceObject) id() string {
+	return o.kind.GVK.Kind + "/" + o.obj.Namespace + "/" + o.obj.Name + "/" + string(o.obj.UID)
+}
+
 // Field indexes on the caches.
 const (
 	// sourceIndex indexes workloads by modelIndexValue(model), routeIndexValue(RouteName(model))

@@ -19,7 +19,20 @@ const (
 	// RouteStateNotAccepted counts models whose route we own but the Gateway reports not
 	// Accepted, or with ResolvedRefs not True, for its current generation.
 	RouteStateNotAccepted RouteState = "not-accepted"
+	// RouteStateInvalid counts models claimed by live workloads none of which can make a
+	// valid route; a route they had is kept as it is.
+	RouteStateInvalid RouteState = "invalid"
+	// RouteStateWaitingForAIBrix counts models whose route AIBrix's model router made and
+	// whose adoption waits for AIBrix's controllers to stop.
+	RouteStateWaitingForAIBrix RouteState = "waiting-for-aibrix"
+	// RouteStateOutsideView counts models whose route of ours is sustained by workloads in
+	// namespaces or of kinds this router does not watch: left as it is.
+	RouteStateOutsideView RouteState = "outside-view"
 )
+
+// routeStatesAll lists every RouteState, in the order they are documented.
+var routeStatesAll = []RouteState{RouteStateManaged, RouteStateNotAccepted, RouteStateConflict,
+	RouteStateInvalid, RouteStateWaitingForAIBrix, RouteStateOutsideView}
 
 // ReconcileObject is the value of the object label of loraplane_route_reconcile_errors_total.
 type ReconcileObject string
@@ -34,8 +47,13 @@ const (
 var (
 	// Routes is the number of model names per route state.
 	Routes = sharedmetrics.NewGaugeVec("routes",
-		"Model names with live sources, by route state: managed (route owned and current, accepted by the Gateway or not judged yet), not-accepted (route owned, but the Gateway reports Accepted or ResolvedRefs not True) or conflict (route name taken by an HTTPRoute not managed by loraplane). The states are exclusive.",
+		"Model names claimed by live workloads, by route state: managed (route owned and current, accepted by the Gateway or not judged yet), not-accepted (route owned, but the Gateway reports Accepted or ResolvedRefs not True), conflict (route name taken by an HTTPRoute this install does not manage), invalid (no claimant can make a valid route; any route kept as it is), waiting-for-aibrix (AIBrix's route to adopt while AIBrix's controllers run) or outside-view (route sustained by workloads this router does not watch; left as it is). The states are exclusive.",
 		"state")
+
+	// RefusedClaims is the number of workloads refused for claiming a model served from
+	// another namespace.
+	RefusedClaims = sharedmetrics.NewGaugeVec("route_refused_claims",
+		"Workloads that claim a model served from another namespace and are refused (no backend, no ReferenceGrant); 0 with --allow-cross-namespace-claims.")
 
 	// AIBrixGrantsKept is the number of namespaces whose AIBrix reserved ReferenceGrant is
 	// kept because routes loraplane does not manage still need it.
@@ -54,9 +72,10 @@ var registerOnce sync.Once
 // more than once.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors, AIBrixGrantsKept)
+		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors, AIBrixGrantsKept, RefusedClaims)
 		AIBrixGrantsKept.WithLabelValues().Set(0)
-		for _, s := range []RouteState{RouteStateManaged, RouteStateConflict, RouteStateNotAccepted} {
+		RefusedClaims.WithLabelValues().Set(0)
+		for _, s := range routeStatesAll {
 			Routes.WithLabelValues(string(s)).Set(0)
 		}
 		for _, o := range []ReconcileObject{ObjectRoute, ObjectReferenceGrant} {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -93,6 +94,7 @@ func fakeReconciler(t *testing.T, objs []client.Object, failVerb string, failErr
 		kinds:      []sourceKind{{SourceKind: deploy, indexed: true}},
 		states:     newRouteStates(),
 		keptGrants: newKeptGrants(),
+		ahead:      newGrantsAhead(),
 	}
 	return r, w, rec
 }
@@ -147,9 +149,10 @@ func TestReconcileModel(t *testing.T) {
 		wantEvents     []string // reason substrings, in order
 		wantState      RouteState
 		wantRouteGauge bool
+		wantRequeue    time.Duration
 	}{
 		"create": {
-			objs:       []client.Object{deploymentObj("d", llama, nil)},
+			objs:       []client.Object{deploymentObj("d", llama, nil), grantObj(t, "llama")},
 			wantWrites: []string{"create *v1.HTTPRoute/" + gw + "/llama-router"},
 			wantEvents: []string{"Normal RouteCreated"},
 			wantState:  RouteStateManaged,
@@ -162,7 +165,7 @@ func TestReconcileModel(t *testing.T) {
 			wantState: RouteStateManaged,
 		},
 		"model and service from annotations": {
-			objs:       []client.Object{deploymentObj("d", nil, map[string]string{nameKey: "llama", svcKey: "llama-svc"})},
+			objs:       []client.Object{deploymentObj("d", nil, map[string]string{nameKey: "llama", svcKey: "llama-svc"}), grantObj(t, "llama-svc")},
 			wantWrites: []string{"create *v1.HTTPRoute/" + gw + "/llama-router"},
 			wantEvents: []string{"Normal RouteCreated"},
 			wantState:  RouteStateManaged,
@@ -176,14 +179,14 @@ func TestReconcileModel(t *testing.T) {
 			wantEvents: []string{"Normal RouteUpdated"},
 			wantState:  RouteStateManaged,
 		},
-		"update conflict is retried": {
+		"update conflict: the cache is behind, retried without an error": {
 			objs: []client.Object{
 				deploymentObj("d", map[string]string{nameKey: "llama", portKey: "9000"}, nil),
 				builtRoute(t, "llama", src("d", "llama", 8000)),
 			},
 			failVerb: "update", failErr: conflictErr,
-			wantWrites: []string{"update *v1.HTTPRoute/" + gw + "/llama-router"},
-			wantErr:    true,
+			wantWrites:  []string{"update *v1.HTTPRoute/" + gw + "/llama-router"},
+			wantRequeue: cacheBehindRetry,
 		},
 		"no sources left: delete": {
 			objs:       []client.Object{builtRoute(t, "llama", src("d", "llama", 8000))},
@@ -210,13 +213,17 @@ func TestReconcileModel(t *testing.T) {
 			objs: []client.Object{foreign},
 		},
 		"bad port: warning, default port": {
-			objs:       []client.Object{deploymentObj("d", map[string]string{nameKey: "llama", portKey: "http"}, nil)},
+			objs:       []client.Object{deploymentObj("d", map[string]string{nameKey: "llama", portKey: "http"}, nil), grantObj(t, "llama")},
 			wantWrites: []string{"create *v1.HTTPRoute/" + gw + "/llama-router"},
 			wantEvents: []string{"Warning InvalidSource", "Normal RouteCreated"},
 			wantState:  RouteStateManaged,
 		},
+		"no grant admits the Service yet: the route waits for it": {
+			objs:        []client.Object{deploymentObj("d", llama, nil)},
+			wantRequeue: grantsWaitRecheck,
+		},
 		"create failure is retried": {
-			objs:     []client.Object{deploymentObj("d", llama, nil)},
+			objs:     []client.Object{deploymentObj("d", llama, nil), grantObj(t, "llama")},
 			failVerb: "create", failErr: apierrors.NewServiceUnavailable("etcd"),
 			wantWrites: []string{"create *v1.HTTPRoute/" + gw + "/llama-router"},
 			wantErr:    true,
@@ -232,6 +239,7 @@ func TestReconcileModel(t *testing.T) {
 			}(),
 			wantErr: true, wantTerminal: true,
 			wantEvents: slices.Repeat([]string{"Warning RouteInvalid"}, routes.MaxBackendRefsPerRule+1),
+			wantState:  RouteStateInvalid,
 		},
 	}
 	for name, tc := range cases {
@@ -239,10 +247,13 @@ func TestReconcileModel(t *testing.T) {
 			r, w, rec := fakeReconciler(t, tc.objs, tc.failVerb, tc.failErr)
 			before := testutil.ToFloat64(RouteReconcileErrors.WithLabelValues(string(ObjectRoute)))
 
-			_, err := r.Reconcile(t.Context(), ModelKey("llama"))
+			res, err := r.Reconcile(t.Context(), ModelKey("llama"))
 
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Reconcile error = %v, want error %v", err, tc.wantErr)
+			}
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
 			}
 			if got := errors.Is(err, reconcile.TerminalError(nil)); got != tc.wantTerminal {
 				t.Errorf("terminal = %v, want %v (err %v)", got, tc.wantTerminal, err)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,11 +31,22 @@ import (
 // are deleted. Grants we do not own are never modified, and their names are not reused.
 // The work is proportional to the routes with a backend in the namespace (found through an
 // index) and the grants in it.
-func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string) error {
-	services, err := r.servicesRoutedTo(ctx, namespace)
+//
+// Services granted ahead of a route write (grantsReady) are kept until the model's route is
+// written and seen in the cache, or the wait for it ends; while some are, the returned
+// duration asks for another reconcile when the first of them expires.
+func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string) (time.Duration, error) {
+	routed, err := r.servicesRoutedTo(ctx, namespace)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	ahead, recheck := r.ahead.pending(namespace, time.Now())
+	return recheck, r.writeGrants(ctx, namespace, append(slices.Clone(routed), ahead...))
+}
+
+// writeGrants makes the ReferenceGrants of ours in namespace admit exactly services (see
+// reconcileGrants) and retires AIBrix's grant there when it can go.
+func (r *RouteReconciler) writeGrants(ctx context.Context, namespace string, services []string) error {
 	var list gatewayv1beta1.ReferenceGrantList
 	if err := r.cache.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return fmt.Errorf("listing ReferenceGrants in %s: %w", namespace, err)
@@ -45,7 +59,7 @@ func (r *RouteReconciler) reconcileGrants(ctx context.Context, namespace string)
 	for i := range list.Items {
 		g := &list.Items[i]
 		existing[g.Name] = g
-		if r.ownsGrant(g) && g.DeletionTimestamp == nil {
+		if routes.OwnershipOf(r.cfg.Routes, g) == routes.Mine && r.ownsGrant(g) && g.DeletionTimestamp == nil {
 			current = append(current, g)
 		} else {
 			reserved = append(reserved, g.Name)
@@ -188,7 +202,7 @@ func (r *RouteReconciler) servicesRoutedTo(ctx context.Context, namespace string
 	}
 	var services []string
 	for i := range list.Items {
-		if routes.IsManaged(&list.Items[i]) {
+		if routes.OwnershipOf(r.cfg.Routes, &list.Items[i]) == routes.Mine {
 			services = append(services, routedServices(&list.Items[i], namespace)...)
 		}
 	}
@@ -196,9 +210,220 @@ func (r *RouteReconciler) servicesRoutedTo(ctx context.Context, namespace string
 	return slices.Compact(services), nil
 }
 
-// ownsGrant reports whether the grant is managed by a router of this gateway namespace.
+// ownsGrant reports whether the grant is managed by a router of this gateway namespace, of
+// this install or of another (OwnershipOf tells them apart).
 func (r *RouteReconciler) ownsGrant(g *gatewayv1beta1.ReferenceGrant) bool {
 	return routes.IsManaged(g) && g.Labels[routes.GatewayNamespaceLabel] == r.cfg.Routes.GatewayNamespace
+}
+
+// grantsReady reports whether the desired route of model may be written now: every Service
+// it sends to in another namespace that the route as it is (existing) does not already send
+// to is admitted by a ReferenceGrant in the cache. Otherwise those Services are kept as
+// pending for the grants of their namespace, whose reconcile is asked for after the batch
+// window (so that a burst of new routes still costs one grant write), and the route waits:
+// the Gateway never sees a backend it may not reference (AIBrix's gateway plugin would cache
+// that verdict for 30 s and answer 503 for the whole model). The grant's event wakes the
+// waiting models. Shrinking needs nothing here: the route is written first and its grants
+// follow after the batch window.
+func (r *RouteReconciler) grantsReady(ctx context.Context, model string, desired, existing *gatewayv1.HTTPRoute) (bool, error) {
+	ready := true
+	for _, ns := range routeBackendNamespaces(desired) {
+		if ns == r.cfg.Routes.GatewayNamespace {
+			continue
+		}
+		need := routedServices(desired, ns)
+		if existing != nil {
+			have := routedServices(existing, ns)
+			need = slices.DeleteFunc(need, func(svc string) bool { return slices.Contains(have, svc) })
+		}
+		if len(need) == 0 {
+			continue
+		}
+		admitted, all, err := r.admittedServices(ctx, ns)
+		if err != nil {
+			return false, err
+		}
+		missing := slices.DeleteFunc(need, func(svc string) bool { return all || admitted[svc] })
+		if len(missing) == 0 {
+			continue
+		}
+		ready = false
+		if r.ahead.add(ns, model, missing, time.Now()) {
+			ctrl.LoggerFrom(ctx).V(2).Info("The route waits for the ReferenceGrant of its new Services", "namespace", ns, "services", missing)
+			r.enqueueAfter(GrantsKey(ns), r.cfg.GrantBatchWindow)
+		}
+	}
+	return ready, nil
+}
+
+// enqueueAfter adds key to the controller's queue after delay; before the controller has
+// started (unit tests without one), nothing is added.
+func (r *RouteReconciler) enqueueAfter(key Key, delay time.Duration) {
+	r.queueMu.Lock()
+	q := r.queue
+	r.queueMu.Unlock()
+	if q != nil {
+		q.AddAfter(key, delay)
+	}
+}
+
+// grantsNotAhead forgets the Services granted ahead for model and asks for the grants of
+// their namespaces, which may shrink.
+func (r *RouteReconciler) grantsNotAhead(model string) {
+	for _, ns := range r.ahead.done(model) {
+		r.enqueueAfter(GrantsKey(ns), r.cfg.GrantBatchWindow)
+	}
+}
+
+// grantToWaitingModels maps a ReferenceGrant to the models whose route waits for a grant in
+// its namespace (grantsReady), so that they are written as soon as the cache has it.
+func (r *RouteReconciler) grantToWaitingModels(_ context.Context, g *gatewayv1beta1.ReferenceGrant) []Key {
+	var keys []Key
+	for _, m := range r.ahead.waiting(g.Namespace) {
+		keys = append(keys, ModelKey(m))
+	}
+	return keys
+}
+
+// waitingForGrantsError: the route waits for the ReferenceGrants of its new Services.
+type waitingForGrantsError struct{}
+
+func (*waitingForGrantsError) Error() string {
+	return "waiting for the ReferenceGrants of the route's new Services"
+}
+
+// admittedServices returns the Services of namespace that some ReferenceGrant there (ours
+// or not) lets HTTPRoutes of the gateway namespace reference, and whether one admits every
+// Service (AIBrix's reserved grant does).
+func (r *RouteReconciler) admittedServices(ctx context.Context, namespace string) (map[string]bool, bool, error) {
+	var list gatewayv1beta1.ReferenceGrantList
+	if err := r.cache.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, false, fmt.Errorf("listing ReferenceGrants in %s: %w", namespace, err)
+	}
+	admitted := map[string]bool{}
+	for i := range list.Items {
+		g := &list.Items[i]
+		if g.DeletionTimestamp != nil || !slices.ContainsFunc(g.Spec.From, func(f gatewayv1beta1.ReferenceGrantFrom) bool {
+			return f.Group == gatewayv1.GroupName && f.Kind == "HTTPRoute" && string(f.Namespace) == r.cfg.Routes.GatewayNamespace
+		}) {
+			continue
+		}
+		for _, to := range g.Spec.To {
+			switch {
+			case to.Group != "" || to.Kind != "Service":
+			case to.Name == nil:
+				return nil, true, nil
+			default:
+				admitted[string(*to.Name)] = true
+			}
+		}
+	}
+	return admitted, false, nil
+}
+
+// aheadTTL is how long a Service granted ahead of a route write stays granted without a
+// route of ours in the cache sending to it: the route write failed, the model went away, or
+// the cache is that far behind.
+const aheadTTL = 30 * time.Second
+
+// grantsAhead remembers, per namespace and model, the Services granted ahead of the model's
+// route write (grantsReady), until the model's route is written and seen, the model goes
+// away, or aheadTTL passes.
+type grantsAhead struct {
+	mu          sync.Mutex
+	byNamespace map[string]map[string]*aheadModel // namespace, model
+}
+
+type aheadModel struct {
+	services []string
+	until    time.Time
+}
+
+func newGrantsAhead() *grantsAhead {
+	return &grantsAhead{byNamespace: map[string]map[string]*aheadModel{}}
+}
+
+// add keeps services of namespace granted for model until aheadTTL from now, and reports
+// whether one of them was not kept already (the namespace's grants need a reconcile).
+func (g *grantsAhead) add(namespace, model string, services []string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	models := g.byNamespace[namespace]
+	if models == nil {
+		models = map[string]*aheadModel{}
+		g.byNamespace[namespace] = models
+	}
+	added := false
+	for _, svc := range services {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(models)), func(m *aheadModel) bool { return slices.Contains(m.services, svc) }) {
+			added = true
+		}
+	}
+	m := models[model]
+	if m == nil {
+		m = &aheadModel{}
+		models[model] = m
+	}
+	m.services = dedup(append(m.services, services...))
+	m.until = now.Add(aheadTTL)
+	return added
+}
+
+// done forgets what model waited for (its route is written and seen, or it has none to
+// write) and returns the namespaces concerned, whose grants may shrink.
+func (g *grantsAhead) done(model string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for ns, models := range g.byNamespace {
+		if _, ok := models[model]; ok {
+			delete(models, model)
+			out = append(out, ns)
+		}
+		if len(models) == 0 {
+			delete(g.byNamespace, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waiting returns the models waiting for a grant in namespace.
+func (g *grantsAhead) waiting(namespace string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.byNamespace[namespace]))
+}
+
+// pending returns the Services of namespace still kept ahead, forgetting the models whose
+// wait expired, and how long until the first of the others expires (0: none left).
+func (g *grantsAhead) pending(namespace string, now time.Time) ([]string, time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var (
+		out  []string
+		next time.Duration
+	)
+	for model, m := range g.byNamespace[namespace] {
+		if !now.Before(m.until) {
+			delete(g.byNamespace[namespace], model)
+			continue
+		}
+		out = append(out, m.services...)
+		if d := m.until.Sub(now); next == 0 || d < next {
+			next = d
+		}
+	}
+	if len(g.byNamespace[namespace]) == 0 {
+		delete(g.byNamespace, namespace)
+	}
+	return dedup(out), next
+}
+
+// dedup returns the sorted distinct elements of in (in is reordered).
+func dedup(in []string) []string {
+	slices.Sort(in)
+	return slices.Compact(in)
 }
 
 // grantUpToDate reports whether existing already has the desired spec, labels and

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -64,6 +65,20 @@ const (
 // gateway takes to program a route.
 const DefaultGrantBatchWindow = 500 * time.Millisecond
 
+// grantsWaitRecheck is how soon a route waiting for its grants is looked at again without
+// an event on them.
+const grantsWaitRecheck = time.Second
+
+// cacheBehindRetry is how soon a reconcile whose write found the cache behind the API server
+// runs again.
+const cacheBehindRetry = 200 * time.Millisecond
+
+// isCacheBehind reports whether err is the API server's answer to a write made from a cache
+// that has not seen the latest version yet: AlreadyExists on a create, Conflict on an update.
+func isCacheBehind(err error) bool {
+	return err != nil && (apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err))
+}
+
 // DefaultGatewayNamespaceRetry is the default Config.GatewayNamespaceRetry.
 const DefaultGatewayNamespaceRetry = 30 * time.Second
 
@@ -95,6 +110,13 @@ type Config struct {
 	// AIBrix tells whether AIBrix's controllers are running; while they are, the take-over
 	// steps wait. Nil: never running.
 	AIBrix *aibrix.Detector
+	// CrossNamespaceClaims serves a model from every namespace that claims it (one route, the
+	// union of their backends). False (the default): a model is served from one namespace,
+	// its owner, and claimants elsewhere are refused (claims.go).
+	CrossNamespaceClaims bool
+	// WatchNamespaces are the namespaces the caches cover (empty: all). A route of ours with
+	// sources elsewhere is outside the router's view: never deleted nor rewritten.
+	WatchNamespaces []string
 }
 
 // RouteReconciler keeps one HTTPRoute per model name and the ReferenceGrants of every
@@ -111,7 +133,13 @@ type RouteReconciler struct {
 	states    *routeStates
 	// keptGrants: the namespaces whose AIBrix grant is kept, and why.
 	keptGrants *keptGrants
-	gcEvents   chan event.TypedGenericEvent[Key]
+	// ahead: Services granted ahead of the route writes that need them (grant before route).
+	ahead *grantsAhead
+	// queue is the controller's workqueue, once it has started: grantsReady asks for the
+	// grants of a namespace through it.
+	queueMu  sync.Mutex
+	queue    workqueue.TypedRateLimitingInterface[Key]
+	gcEvents chan event.TypedGenericEvent[Key]
 
 	activeOnce sync.Once
 	active     []sourceKind
@@ -154,6 +182,7 @@ func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRec
 		kinds:      kinds,
 		states:     newRouteStates(),
 		keptGrants: newKeptGrants(),
+		ahead:      newGrantsAhead(),
 		gcEvents:   make(chan event.TypedGenericEvent[Key]),
 	}, nil
 }
@@ -208,6 +237,15 @@ func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Mana
 			enqueueAfter(window, r.routeToGrants), specOrMetadataChanged[*gatewayv1.HTTPRoute]())).
 		WatchesRawSource(source.TypedKind(declared, &gatewayv1beta1.ReferenceGrant{},
 			enqueueAfter(window, r.grantToNamespace), specOrMetadataChanged[*gatewayv1beta1.ReferenceGrant]())).
+		// A grant written wakes the routes waiting for it at once (grant before route).
+		WatchesRawSource(source.TypedKind(declared, &gatewayv1beta1.ReferenceGrant{},
+			handler.TypedEnqueueRequestsFromMapFunc(r.grantToWaitingModels), specOrMetadataChanged[*gatewayv1beta1.ReferenceGrant]())).
+		WatchesRawSource(source.TypedFunc[Key](func(_ context.Context, q workqueue.TypedRateLimitingInterface[Key]) error {
+			r.queueMu.Lock()
+			r.queue = q
+			r.queueMu.Unlock()
+			return nil
+		})).
 		WatchesRawSource(source.TypedChannel(r.gcEvents, handler.TypedFuncs[Key, Key]{
 			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[Key], q workqueue.TypedRateLimitingInterface[Key]) {
 				q.Add(e.Object)
@@ -236,14 +274,27 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Res
 		err = r.reconcileModel(ctx, key.Name)
 	case KeyGrants:
 		object = ObjectReferenceGrant
-		err = r.reconcileGrants(ctx, key.Name)
+		var recheck time.Duration
+		if recheck, err = r.reconcileGrants(ctx, key.Name); err == nil && recheck > 0 {
+			return reconcile.Result{RequeueAfter: recheck}, nil
+		}
 	default:
 		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("unknown key %s", key))
+	}
+	if waiting := (*waitingForGrantsError)(nil); errors.As(err, &waiting) {
+		// Woken by the grant's event; the requeue only covers a grant write that keeps failing.
+		return reconcile.Result{RequeueAfter: grantsWaitRecheck}, nil
 	}
 	if waiting := (*waitingForAIBrixError)(nil); errors.As(err, &waiting) {
 		// A wait, not a failure: reported (log line and Warning event) and looked at again
 		// when the check may have changed.
 		return reconcile.Result{RequeueAfter: r.cfg.AIBrix.Period()}, nil
+	}
+	if isCacheBehind(err) {
+		// Our own write of a moment ago not in the cache yet (a create answered AlreadyExists,
+		// an update Conflict): not a failure; tried again once the cache has caught up.
+		ctrl.LoggerFrom(ctx).V(2).Info("The cache is behind the API server; trying again", "err", err.Error())
+		return reconcile.Result{RequeueAfter: cacheBehindRetry}, nil
 	}
 	if err != nil {
 		recordReconcileError(object)

@@ -51,8 +51,8 @@ func TestRouteFollowsWorkload(t *testing.T) {
 	if err := checkShape(route, gw, model, routes.DefaultPaths); err != nil {
 		t.Errorf("route shape: %v", err)
 	}
-	if got := route.Annotations[routes.SourcesAnnotation]; got != "Deployment/"+ns+"/llama" {
-		t.Errorf("sources annotation %q", got)
+	if got := route.Annotations[routes.ScopesAnnotation]; got != "Deployment/"+ns {
+		t.Errorf("scopes annotation %q", got)
 	}
 	waitGrant(t, gw, ns, model)
 	waitEvent(t, ns, "llama", controller.ReasonRouteCreated)
@@ -128,60 +128,6 @@ func checkShape(r *gatewayv1.HTTPRoute, gw, model string, wantPaths []string) er
 	return nil
 }
 
-// TestModelSharedAcrossNamespaces: two Deployments in two namespaces serve one model (whose
-// name needs a hashed route name): one route with both backends and one grant per
-// namespace; deleting one keeps the route on the other and removes only its grant.
-func TestModelSharedAcrossNamespaces(t *testing.T) {
-	needEnv(t)
-	gw, ns1, ns2 := newNamespace(t, "gw"), newNamespace(t, "src"), newNamespace(t, "src")
-	startRouter(t, env.Config, gw, []string{ns1, ns2})
-	model := "Org/Shared-" + ns1
-
-	d1 := createDeployment(t, ns1, "engine", nil, map[string]string{nameKey: model, svcKey: "shared-svc"})
-	// Model names with '/' cannot be label values; the annotation carries them.
-	d2 := createDeployment(t, ns2, "engine", map[string]string{portKey: "8001"}, map[string]string{nameKey: model, svcKey: "shared-svc"})
-
-	both := []string{"0:" + ns1 + "/shared-svc:8000", "0:" + ns2 + "/shared-svc:8001"}
-	slices.Sort(both)
-	route := waitRoute(t, gw, model, wantBackends(both...))
-	if !strings.HasPrefix(route.Name, "org-shared-") || route.Name == model+"-router" {
-		t.Errorf("route name %q is not the normalised, hashed form", route.Name)
-	}
-	if routes.ModelOf(route) != model {
-		t.Errorf("model annotation %q, want %q", routes.ModelOf(route), model)
-	}
-	waitGrant(t, gw, ns1, "shared-svc")
-	waitGrant(t, gw, ns2, "shared-svc")
-
-	// More matches than one rule holds: split across rules with identical backends, and
-	// accepted by the CRD's validation (64 matches per rule, 128 per route).
-	var custom []string
-	for i := range 60 {
-		custom = append(custom, fmt.Sprintf("/v1/custom-%02d", i))
-	}
-	patchMeta(t, d1, nil, map[string]*string{pathsKey: ptr.To(strings.Join(custom, ","))})
-	waitRoute(t, gw, model, func(r *gatewayv1.HTTPRoute) error {
-		if n := len(paths(r)); n != len(routes.DefaultPaths)+len(custom) {
-			return fmt.Errorf("%d matches, want %d", n, len(routes.DefaultPaths)+len(custom))
-		}
-		if len(r.Spec.Rules) != 2 {
-			return fmt.Errorf("%d rules, want 2", len(r.Spec.Rules))
-		}
-		var want []string
-		for i := range r.Spec.Rules {
-			for _, b := range both {
-				want = append(want, fmt.Sprintf("%d%s", i, b[1:]))
-			}
-		}
-		return wantBackends(want...)(r)
-	})
-
-	deleteObject(t, d2)
-	waitRoute(t, gw, model, wantBackends("0:"+ns1+"/shared-svc:8000", "1:"+ns1+"/shared-svc:8000"))
-	waitGrant(t, gw, ns2)
-	waitGrant(t, gw, ns1, "shared-svc")
-}
-
 // TestModelAdapterSource: a ModelAdapter routes its own name to its own Service; removing
 // it removes the route and the grant. This router watches every namespace (the production
 // default), unlike the other tests.
@@ -223,21 +169,21 @@ func TestStatefulSetSource(t *testing.T) {
 
 	createStatefulSet(t, ns, "engine", nil, map[string]string{nameKey: model, svcKey: "engine-svc"})
 	route := waitRoute(t, gw, model, wantBackends("0:"+ns+"/engine-svc:8000"))
-	if got := route.Annotations[routes.SourcesAnnotation]; got != "StatefulSet/"+ns+"/engine" {
-		t.Errorf("sources annotation %q", got)
+	if got := route.Annotations[routes.ScopesAnnotation]; got != "StatefulSet/"+ns {
+		t.Errorf("scopes annotation %q", got)
 	}
 	d := createDeployment(t, ns, "engine-b", modelLabels(model), map[string]string{svcKey: "engine-svc"})
 	waitRoute(t, gw, model, func(r *gatewayv1.HTTPRoute) error {
-		want := "Deployment/" + ns + "/engine-b,StatefulSet/" + ns + "/engine"
-		if got := r.Annotations[routes.SourcesAnnotation]; got != want {
-			return fmt.Errorf("sources %q, want %q", got, want)
+		want := "Deployment/" + ns + ",StatefulSet/" + ns
+		if got := r.Annotations[routes.ScopesAnnotation]; got != want {
+			return fmt.Errorf("scopes %q, want %q", got, want)
 		}
 		return wantBackends("0:" + ns + "/engine-svc:8000")(r)
 	})
 	deleteObject(t, d)
 	waitRoute(t, gw, model, func(r *gatewayv1.HTTPRoute) error {
-		if got := r.Annotations[routes.SourcesAnnotation]; got != "StatefulSet/"+ns+"/engine" {
-			return fmt.Errorf("sources %q", got)
+		if got := r.Annotations[routes.ScopesAnnotation]; got != "StatefulSet/"+ns {
+			return fmt.Errorf("scopes %q", got)
 		}
 		return nil
 	})
@@ -270,8 +216,8 @@ func TestOptionalKinds(t *testing.T) {
 		t.Fatalf("creating Widget: %v", err)
 	}
 	route := waitRoute(t, gw, model, wantBackends(fmt.Sprintf("0:%s/%s:7000", ns, model)))
-	if got := route.Annotations[routes.SourcesAnnotation]; got != "Widget/"+ns+"/w1" {
-		t.Errorf("sources annotation %q", got)
+	if got := route.Annotations[routes.ScopesAnnotation]; got != "Widget/"+ns {
+		t.Errorf("scopes annotation %q", got)
 	}
 	createDeployment(t, ns, "plain", modelLabels("plain-"+ns), nil)
 	waitRoute(t, gw, "plain-"+ns, nil)
@@ -404,14 +350,14 @@ func TestDriftRepaired(t *testing.T) {
 
 	edited := restored.DeepCopy()
 	edited.Spec.Rules[0].BackendRefs[0].Port = ptr.To[gatewayv1.PortNumber](1234)
-	delete(edited.Annotations, routes.SourcesAnnotation)
+	delete(edited.Annotations, routes.ScopesAnnotation)
 	edited.Labels["team"] = "ops"
 	if err := k8s.Update(context.Background(), edited); err != nil {
 		t.Fatalf("editing the route: %v", err)
 	}
 	waitRoute(t, gw, model, func(r *gatewayv1.HTTPRoute) error {
-		if r.Annotations[routes.SourcesAnnotation] == "" {
-			return fmt.Errorf("sources annotation not restored")
+		if r.Annotations[routes.ScopesAnnotation] == "" {
+			return fmt.Errorf("scopes annotation not restored")
 		}
 		if r.Labels["team"] != "ops" {
 			return fmt.Errorf("a label someone else added was dropped: %v", r.Labels)

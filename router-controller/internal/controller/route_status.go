@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +24,8 @@ const (
 	ReasonRouteUpdated = "RouteUpdated"
 	// ReasonRouteConflict: an HTTPRoute of the model's route name exists and is not ours.
 	ReasonRouteConflict = "RouteConflict"
-	// ReasonRouteInvalid: the sources of the model cannot make a valid HTTPRoute.
+	// ReasonRouteInvalid: the workloads claiming the model cannot make a valid HTTPRoute; its
+	// route, if any, is kept as it is.
 	ReasonRouteInvalid = "RouteInvalid"
 	// ReasonInvalidSource: the workload's routing labels or annotations have problems.
 	ReasonInvalidSource = "InvalidSource"
@@ -47,6 +50,12 @@ const (
 	// ReasonAIBrixGrantRemoved: AIBrix's reserved ReferenceGrant of a namespace was deleted,
 	// loraplane's grants admitting every Service routed to there (Normal, on that grant).
 	ReasonAIBrixGrantRemoved = "AIBrixGrantRemoved"
+	// ReasonClaimRefused: the workload claims a model served from another namespace, and
+	// gets none of its traffic (Warning).
+	ReasonClaimRefused = "ClaimRefused"
+	// ReasonRouteOutsideView: the route's sources lie partly outside the router's view, so
+	// it neither updates nor deletes the route (Warning, on the route).
+	ReasonRouteOutsideView = "RouteOutsideView"
 	// ReasonAIBrixGrantKept: AIBrix's reserved ReferenceGrant stays because HTTPRoutes that
 	// loraplane does not manage send to Services its grants do not admit (Warning, on
 	// that grant).
@@ -124,10 +133,21 @@ type modelState struct {
 	// While state is not-accepted: the problem reported and the sources told about it.
 	problem routes.Acceptance
 	warned  map[types.UID]bool
-	// While state is conflict: a take-over waiting for AIBrix's controllers was reported,
-	// in this episode of them running (aibrix.Status.Episode).
+	// While state is waiting-for-aibrix: a take-over waiting for AIBrix's controllers was
+	// reported, in this episode of them running (aibrix.Status.Episode).
 	aibrixReported bool
 	aibrixEpisode  uint64
+	// While state is invalid: why, and the claimants told about it.
+	invalidWhy  string
+	invalidTold map[string]bool
+	// While state is outside-view: whether it was reported.
+	outsideReported bool
+	// The claimants refused, each with the owner namespace it was told about.
+	refused map[string]string
+	// What the route was reported to route to for each source (RouteCreated, RouteUpdated).
+	routed map[string]string
+	// The problems last reported on each source (InvalidSource).
+	problems map[string]string
 }
 
 func newRouteStates() *routeStates {
@@ -143,16 +163,18 @@ func (s *routeStates) set(model string, st RouteState) {
 }
 
 func (s *routeStates) setLocked(model string, st RouteState) {
-	m := s.byModel[model]
-	if m == nil {
-		m = &modelState{}
-		s.byModel[model] = m
-	}
+	m := s.entryLocked(model)
 	if st != RouteStateNotAccepted {
 		m.problem, m.warned = routes.Acceptance{}, nil
 	}
-	if st != RouteStateConflict {
+	if st != RouteStateWaitingForAIBrix {
 		m.aibrixReported = false
+	}
+	if st != RouteStateInvalid {
+		m.invalidWhy, m.invalidTold = "", nil
+	}
+	if st != RouteStateOutsideView {
+		m.outsideReported = false
 	}
 	if m.state == st {
 		return
@@ -193,7 +215,8 @@ func (s *routeStates) notAccepted(model string, problem routes.Acceptance, uids 
 
 // waitingForAIBrix records that the adoption of the model's route waits for AIBrix's
 // controllers to stop, in their running episode (aibrix.Status.Episode), and reports whether
-// that is news (to be reported once per episode). The model must be in state conflict.
+// that is news (to be reported once per episode). The model must be in state
+// waiting-for-aibrix.
 func (s *routeStates) waitingForAIBrix(model string, episode uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -215,7 +238,8 @@ func (s *routeStates) accepted(model string) bool {
 	return was
 }
 
-// clear forgets model (no live sources, or no valid route) and publishes the counts.
+// clear forgets model (no live claimant, or its route cannot be written) and publishes the
+// counts.
 func (s *routeStates) clear(model string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,16 +250,133 @@ func (s *routeStates) clear(model string) {
 	s.publishLocked()
 }
 
-func (s *routeStates) countsLocked() map[RouteState]int {
-	out := map[RouteState]int{RouteStateManaged: 0, RouteStateConflict: 0, RouteStateNotAccepted: 0}
-	for _, m := range s.byModel {
-		out[m.state]++
+// entryLocked returns the state of model, creating it (with no state yet) when missing.
+func (s *routeStates) entryLocked(model string) *modelState {
+	m := s.byModel[model]
+	if m == nil {
+		m = &modelState{}
+		s.byModel[model] = m
+	}
+	return m
+}
+
+// invalid records that model cannot be routed, for why, and returns the claimants not yet
+// told about that reason, marking them told.
+func (s *routeStates) invalid(model, why string, claimants []sourceObject) []sourceObject {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setLocked(model, RouteStateInvalid)
+	m := s.byModel[model]
+	if m.invalidWhy != why {
+		m.invalidWhy, m.invalidTold = why, map[string]bool{}
+	}
+	var out []sourceObject
+	for _, c := range claimants {
+		if id := c.id(); !m.invalidTold[id] {
+			m.invalidTold[id] = true
+			out = append(out, c)
+		}
 	}
 	return out
 }
 
+// outsideView records that the model's route lies partly outside the router's view and
+// reports whether that is news.
+func (s *routeStates) outsideView(model string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setLocked(model, RouteStateOutsideView)
+	m := s.byModel[model]
+	news := !m.outsideReported
+	m.outsideReported = true
+	return news
+}
+
+// refuse records the refused claimants of model (replacing the earlier set) and returns
+// those not yet told that owner serves the model. It publishes the refused count.
+func (s *routeStates) refuse(model, owner string, refused []sourceObject) []sourceObject {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(refused) == 0 && s.byModel[model] == nil {
+		return nil
+	}
+	m := s.entryLocked(model)
+	prev := m.refused
+	m.refused = make(map[string]string, len(refused))
+	var news []sourceObject
+	for _, o := range refused {
+		m.refused[o.id()] = owner
+		if prev[o.id()] != owner {
+			news = append(news, o)
+		}
+	}
+	s.publishLocked()
+	return news
+}
+
+// newlyRouted records what each source contributes to the model's route (sources[i] for
+// live[i]) and returns the sources that are new to it or contribute something else than
+// before, to be told once.
+func (s *routeStates) newlyRouted(model string, live []sourceObject, sources []routes.Source) []sourceObject {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.entryLocked(model)
+	prev := m.routed
+	m.routed = make(map[string]string, len(live))
+	var news []sourceObject
+	for i, o := range live {
+		var sig string
+		if i < len(sources) {
+			src := sources[i]
+			sig = fmt.Sprintf("%s/%s:%d %s", src.Namespace, src.Service, src.Port, strings.Join(src.Paths, ","))
+		}
+		m.routed[o.id()] = sig
+		if was, ok := prev[o.id()]; !ok || was != sig {
+			news = append(news, o)
+		}
+	}
+	return news
+}
+
+// problems records the problems of a source of model and reports whether they are to be
+// reported: not empty, and not the ones reported last for it.
+func (s *routeStates) problems(model string, o sourceObject, problems []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	text := strings.Join(problems, "\n")
+	m := s.entryLocked(model)
+	if m.problems == nil {
+		m.problems = map[string]string{}
+	}
+	id := o.id()
+	prev, seen := m.problems[id]
+	if text == "" {
+		delete(m.problems, id)
+		return false
+	}
+	m.problems[id] = text
+	return !seen || prev != text
+}
+
+func (s *routeStates) countsLocked() (map[RouteState]int, int) {
+	out := map[RouteState]int{}
+	for _, st := range routeStatesAll {
+		out[st] = 0
+	}
+	refused := 0
+	for _, m := range s.byModel {
+		if m.state != "" {
+			out[m.state]++
+		}
+		refused += len(m.refused)
+	}
+	return out, refused
+}
+
 func (s *routeStates) publishLocked() {
-	for st, n := range s.countsLocked() {
+	counts, refused := s.countsLocked()
+	for st, n := range counts {
 		Routes.WithLabelValues(string(st)).Set(float64(n))
 	}
+	RefusedClaims.WithLabelValues().Set(float64(refused))
 }

@@ -23,19 +23,21 @@ import (
 	"github.com/loraplane/loraplane/shared/objmeta"
 )
 
-// reconcileModel makes the HTTPRoute of model match the live sources claiming it: created
-// when missing, updated when it differs, deleted when no source is left, adopted when AIBrix's
-// model router made it, and left alone (reported) when a route of that name is not ours. A
-// route of ours under the name earlier releases gave the model (routes.LegacyRouteName) is
-// deleted once the route under RouteName serves. At most one write, except that a route
-// whose name is taken keeps its legacy route up to date.
+// reconcileModel makes the HTTPRoute of model match the live workloads claiming it: created
+// when missing, updated when it differs, deleted when no workload claims the model any more,
+// adopted when AIBrix's model router made it, and left alone (reported) when a route of that
+// name is not ours or when some of its sources lie outside this router's view. Only the
+// claimants of the model's owner namespace are served (claims.go). A route of ours under the
+// name earlier releases gave the model (routes.LegacyRouteName) is deleted once the route
+// under RouteName serves. At most one route write, except that a route whose name is taken
+// keeps its legacy route up to date; a route that gains a Service in a namespace no grant
+// admits yet has that grant written first.
 func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) error {
 	objs, err := r.listSources(ctx, modelIndexValue(model))
 	if err != nil {
 		return err
 	}
-	live, sources := r.routableSources(ctx, model, objs)
-
+	claimants := liveClaimants(objs)
 	existing, err := r.getRoute(ctx, routes.RouteName(model))
 	if err != nil {
 		return err
@@ -44,22 +46,46 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 	if err != nil {
 		return err
 	}
-	if len(sources) == 0 {
+	serving := r.servingRoute(model, existing, legacy)
+	if outside := r.outsideView(ctx, serving); len(outside) > 0 {
+		return r.keepOutsideView(ctx, model, serving, outside, claimants)
+	}
+	if len(claimants) == 0 {
 		r.states.clear(model)
+		r.grantsNotAhead(model)
 		return errors.Join(r.deleteRoute(ctx, model, existing), r.deleteRoute(ctx, model, legacy))
 	}
-
+	var prior []string
+	if serving != nil {
+		prior = routes.ScopeNamespaces(routes.RouteScopes(serving))
+	}
+	served, refused, owner := r.splitClaims(claimants, prior)
+	r.reportRefused(ctx, model, owner, refused)
+	live, sources := r.routableSources(ctx, model, served)
+	if len(sources) == 0 {
+		return r.keepUnroutable(ctx, model, served, "no workload claiming it can be routed (see the InvalidSource events on them)")
+	}
 	desired, err := routes.BuildRoute(r.cfg.Routes, model, sources)
 	if err != nil {
-		// Retrying cannot fix the sources; the next change of one reconciles again. An
-		// existing route is left as it is rather than removed.
-		r.states.clear(model)
-		r.eventOnSources(live, nil, corev1.EventTypeWarning, ReasonRouteInvalid, ActionSkip,
-			"Cannot publish a valid HTTPRoute for model %q: %v", model, err)
+		// Retrying cannot fix the sources; the next change of one reconciles again.
+		_ = r.keepUnroutable(ctx, model, live, err.Error())
 		return reconcile.TerminalError(err)
 	}
-	m := modelRoutes{model: model, desired: desired, existing: existing, legacy: legacy, live: live}
+	m := modelRoutes{model: model, desired: desired, existing: existing, legacy: legacy, live: live, sources: sources}
 	return r.applyRoute(ctx, &m)
+}
+
+// keepUnroutable leaves the model's route as it is while workloads still claim the model but
+// none of them can make a valid route (a typo in an annotation must not take a live model
+// offline): counted as state invalid, reported once per reason on the claimants.
+func (r *RouteReconciler) keepUnroutable(ctx context.Context, model string, claimants []sourceObject, why string) error {
+	news := r.states.invalid(model, why, claimants)
+	if len(news) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Cannot publish a valid route for the model; any route it has is kept as it is", "model", model, "reason", why)
+		r.eventOnSources(news, nil, corev1.EventTypeWarning, ReasonRouteInvalid, ActionSkip,
+			"Cannot publish a valid HTTPRoute for model %q: %s; its current route, if any, is kept as it is", model, why)
+	}
+	return nil
 }
 
 // modelRoutes is what reconciling the route of one model works on.
@@ -69,22 +95,20 @@ type modelRoutes struct {
 	existing *gatewayv1.HTTPRoute // the route named RouteName(model), if any
 	legacy   *gatewayv1.HTTPRoute // our route under LegacyRouteName(model), if any and not existing
 	live     []sourceObject
+	sources  []routes.Source // what each of live contributes, in the same order
 }
 
-// routableSources converts the cached workloads of model into routing sources. Workloads
-// being deleted are not live. Problems are reported as Warning events on the workload;
-// workloads that cannot be routed are left out.
+// routableSources converts the live claimants of model into routing sources. Problems are
+// reported as Warning events on the workload (once per set of problems); workloads that
+// cannot be routed are left out.
 func (r *RouteReconciler) routableSources(ctx context.Context, model string, objs []sourceObject) ([]sourceObject, []routes.Source) {
 	var (
 		live    []sourceObject
 		sources []routes.Source
 	)
 	for _, o := range objs {
-		if o.obj.DeletionTimestamp != nil {
-			continue
-		}
 		src, ok, problems := routes.SourceFromObject(o.kind.GVK.Kind, o.obj)
-		if len(problems) > 0 {
+		if r.states.problems(model, o, problems) {
 			ctrl.LoggerFrom(ctx).V(2).Info("Source has problems", "kind", o.kind.GVK.Kind, "source", klog.KObj(o.obj), "problems", problems)
 			r.eventOnSources([]sourceObject{o}, nil, corev1.EventTypeWarning, ReasonInvalidSource, ActionReadLabels,
 				"%s", strings.Join(problems, " "))
@@ -119,17 +143,10 @@ func (r *RouteReconciler) legacyRoute(ctx context.Context, model string) (*gatew
 		return nil, nil
 	}
 	route, err := r.getRoute(ctx, name)
-	if err != nil || route == nil || !ownedFor(route, model) {
+	if err != nil || route == nil || !r.ownsRouteOf(route, model) {
 		return nil, err
 	}
 	return route, nil
-}
-
-// ownedFor reports whether route is ours and serves model (or lost its model annotation to a
-// hand edit, which the next write restores).
-func ownedFor(route *gatewayv1.HTTPRoute, model string) bool {
-	m := routes.ModelOf(route)
-	return routes.IsManaged(route) && (m == "" || m == model)
 }
 
 // applyRoute brings the route named RouteName(model) to the desired state: created when
@@ -139,7 +156,9 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, m *modelRoutes) error 
 	switch existing := m.existing; {
 	case existing == nil:
 		return r.createRoute(ctx, m)
-	case routes.IsManaged(existing) && !ownedFor(existing, m.model):
+	case routes.OwnershipOf(r.cfg.Routes, existing) == routes.OtherInstall:
+		return r.reportConflict(ctx, m, "it belongs to "+routes.DescribeOwner(existing))
+	case routes.OwnershipOf(r.cfg.Routes, existing) == routes.Mine && !r.ownsRouteOf(existing, m.model):
 		// Two models whose route names collide (see routes.RouteName): the route stays with
 		// the model that has it while that model is claimed by a workload.
 		other := routes.ModelOf(existing)
@@ -151,7 +170,7 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, m *modelRoutes) error 
 			return r.reportConflict(ctx, m, fmt.Sprintf("it routes model %q, whose route name is the same", other))
 		}
 		return r.updateRoute(ctx, m)
-	case routes.IsManaged(existing):
+	case routes.OwnershipOf(r.cfg.Routes, existing) == routes.Mine:
 		return r.updateRoute(ctx, m)
 	case r.cfg.AdoptAIBrix && routes.IsAIBrixRoute(r.cfg.Routes, m.model, existing):
 		return r.adoptRoute(ctx, m)
@@ -164,7 +183,10 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, m *modelRoutes) error 
 func (r *RouteReconciler) createRoute(ctx context.Context, m *modelRoutes) error {
 	desired := m.desired
 	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(desired))
-	log.V(2).Info("Creating route", "sources", desired.Annotations[routes.SourcesAnnotation])
+	log.V(2).Info("Creating route", "scopes", desired.Annotations[routes.ScopesAnnotation])
+	if err := r.waitForGrants(ctx, m.model, desired, nil); err != nil {
+		return err
+	}
 	if err := r.client.Create(ctx, desired.DeepCopy()); err != nil {
 		if isNamespaceNotFound(err, desired.Namespace) {
 			r.states.clear(m.model)
@@ -178,7 +200,7 @@ func (r *RouteReconciler) createRoute(ctx context.Context, m *modelRoutes) error
 		return fmt.Errorf("creating HTTPRoute %s: %w", klog.KObj(desired), err)
 	}
 	r.states.owned(m.model)
-	r.eventOnSources(m.live, desired, corev1.EventTypeNormal, ReasonRouteCreated, ActionCreate,
+	r.eventOnSources(r.states.newlyRouted(m.model, m.live, m.sources), desired, corev1.EventTypeNormal, ReasonRouteCreated, ActionCreate,
 		"Created HTTPRoute %s/%s for model %q", desired.Namespace, desired.Name, m.model)
 	return nil
 }
@@ -189,18 +211,26 @@ func (r *RouteReconciler) createRoute(ctx context.Context, m *modelRoutes) error
 func (r *RouteReconciler) updateRoute(ctx context.Context, m *modelRoutes) error {
 	existing := m.existing
 	if routeUpToDate(existing, m.desired) {
+		// The route is in the cache as desired: the grants reconcile sees what it needs.
+		r.grantsNotAhead(m.model)
+		r.states.newlyRouted(m.model, m.live, m.sources)
 		r.observeAcceptance(ctx, m.model, existing, m.live)
 		return r.retireLegacyRoute(ctx, m)
 	}
 	updated := mergeRoute(existing, m.desired)
-	ctrl.LoggerFrom(ctx).V(2).Info("Updating route", "route", klog.KObj(existing), "sources", m.desired.Annotations[routes.SourcesAnnotation])
+	ctrl.LoggerFrom(ctx).V(2).Info("Updating route", "route", klog.KObj(existing), "scopes", m.desired.Annotations[routes.ScopesAnnotation])
+	if err := r.waitForGrants(ctx, m.model, m.desired, existing); err != nil {
+		return err
+	}
 	if err := r.client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("updating HTTPRoute %s: %w", klog.KObj(existing), err)
 	}
 	r.states.owned(m.model)
-	r.eventOnSources(m.live, updated, corev1.EventTypeNormal, ReasonRouteUpdated, ActionUpdate,
-		"Updated HTTPRoute %s/%s for model %q", existing.Namespace, existing.Name, m.model)
-	return nil
+	r.eventOnSources(r.states.newlyRouted(m.model, m.live, m.sources), updated, corev1.EventTypeNormal, ReasonRouteUpdated, ActionUpdate,
+		"HTTPRoute %s/%s of model %q now routes to this workload as it is", existing.Namespace, existing.Name, m.model)
+	// A legacy route kept until the Gateway accepts this one must not serve stale backends
+	// meanwhile (it wins by age where both match).
+	return r.applyLegacy(ctx, m)
 }
 
 // adoptRoute takes over the route AIBrix's model router made for the model: our labels,
@@ -210,7 +240,7 @@ func (r *RouteReconciler) adoptRoute(ctx context.Context, m *modelRoutes) error 
 	existing := m.existing
 	log := ctrl.LoggerFrom(ctx).WithValues("route", klog.KObj(existing))
 	if st := r.cfg.AIBrix.Check(ctx); st.Running {
-		r.states.set(m.model, RouteStateConflict)
+		r.states.set(m.model, RouteStateWaitingForAIBrix)
 		if r.states.waitingForAIBrix(m.model, st.Episode) {
 			log.Info("Not adopting the route AIBrix's model router made: AIBrix's controllers are running", "reason", st.Reason)
 			r.eventOnSources(m.live, existing, corev1.EventTypeWarning, ReasonAIBrixRunning, ActionSkip,
@@ -223,12 +253,16 @@ func (r *RouteReconciler) adoptRoute(ctx context.Context, m *modelRoutes) error 
 		return &waitingForAIBrixError{reason: st.Reason}
 	}
 	updated := mergeRoute(existing, m.desired)
-	log.Info("Adopting the route AIBrix's model router made", "sources", m.desired.Annotations[routes.SourcesAnnotation])
+	log.Info("Adopting the route AIBrix's model router made", "scopes", m.desired.Annotations[routes.ScopesAnnotation])
+	if err := r.waitForGrants(ctx, m.model, m.desired, existing); err != nil {
+		return err
+	}
 	if err := r.client.Update(ctx, updated); err != nil {
 		return fmt.Errorf("adopting HTTPRoute %s: %w", klog.KObj(existing), err)
 	}
 	aibrix.RecordTakeOver(aibrix.ObjectHTTPRoute)
 	r.states.owned(m.model)
+	r.states.newlyRouted(m.model, m.live, m.sources)
 	r.eventOnSources(m.live, updated, corev1.EventTypeNormal, ReasonRouteAdopted, ActionUpdate,
 		"Adopted HTTPRoute %s/%s, made by AIBrix's model router, for model %q", existing.Namespace, existing.Name, m.model)
 	return nil
@@ -304,6 +338,16 @@ func (r *RouteReconciler) modelClaimed(ctx context.Context, model string) (bool,
 	return false, nil
 }
 
+// waitForGrants returns a waitingForGrantsError when the desired route must wait for the
+// grants of its new Services (grantsReady).
+func (r *RouteReconciler) waitForGrants(ctx context.Context, model string, desired, existing *gatewayv1.HTTPRoute) error {
+	ready, err := r.grantsReady(ctx, model, desired, existing)
+	if err == nil && !ready {
+		err = &waitingForGrantsError{}
+	}
+	return err
+}
+
 // waitingForAIBrixError: a take-over step waits while AIBrix's controllers run.
 type waitingForAIBrixError struct{ reason string }
 
@@ -338,7 +382,7 @@ func isNamespaceNotFound(err error, namespace string) bool {
 // deleteRoute deletes a route of ours serving model, which has no live source. Routes we do
 // not own, or that serve another model, are never deleted here.
 func (r *RouteReconciler) deleteRoute(ctx context.Context, model string, existing *gatewayv1.HTTPRoute) error {
-	if existing == nil || !ownedFor(existing, model) || existing.DeletionTimestamp != nil {
+	if existing == nil || !r.ownsRouteOf(existing, model) || existing.DeletionTimestamp != nil {
 		return nil
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Deleting route: no live source claims its model", "route", klog.KObj(existing))
@@ -352,7 +396,8 @@ func (r *RouteReconciler) deleteRoute(ctx context.Context, model string, existin
 // routeUpToDate reports whether existing already has the desired spec, labels and
 // annotations. Labels and annotations others added are kept and not compared.
 func routeUpToDate(existing, desired *gatewayv1.HTTPRoute) bool {
-	return equality.Semantic.DeepEqual(existing.Spec, desired.Spec) && metadataUpToDate(existing, desired)
+	_, legacy := existing.Annotations[routes.LegacySourcesAnnotation]
+	return !legacy && equality.Semantic.DeepEqual(existing.Spec, desired.Spec) && metadataUpToDate(existing, desired)
 }
 
 // mergeRoute returns existing with the desired spec and our labels and annotations.
@@ -360,6 +405,10 @@ func mergeRoute(existing, desired *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
 	out := existing.DeepCopy()
 	out.Spec = *desired.Spec.DeepCopy()
 	mergeMetadata(out, desired)
+	if _, ok := out.Annotations[routes.LegacySourcesAnnotation]; ok {
+		out.Annotations = maps.Clone(out.Annotations)
+		delete(out.Annotations, routes.LegacySourcesAnnotation)
+	}
 	return out
 }
 

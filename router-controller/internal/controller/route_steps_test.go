@@ -58,8 +58,14 @@ func TestRouteUpToDate(t *testing.T) {
 		"port drift":    {existing: desiredRoute(t, 9000)},
 		"paths drift":   {existing: desiredRoute(t, 8000, "/custom")},
 		"timeout drift": {existing: stored(desired, func(r *gatewayv1.HTTPRoute) { r.Spec.Rules[0].Timeouts = nil })},
-		"sources annotation drift": {existing: stored(desired, func(r *gatewayv1.HTTPRoute) {
-			r.Annotations[routes.SourcesAnnotation] = "Deployment/team-a/other"
+		"scopes annotation drift": {existing: stored(desired, func(r *gatewayv1.HTTPRoute) {
+			r.Annotations[routes.ScopesAnnotation] = "Deployment/team-b"
+		})},
+		"legacy sources annotation to remove": {existing: stored(desired, func(r *gatewayv1.HTTPRoute) {
+			r.Annotations[routes.LegacySourcesAnnotation] = "Deployment/team-a/llama"
+		})},
+		"install label of another value": {existing: stored(desired, func(r *gatewayv1.HTTPRoute) {
+			r.Labels[routes.InstallLabel] = "other"
 		})},
 		"model hash label removed": {existing: stored(desired, func(r *gatewayv1.HTTPRoute) {
 			delete(r.Labels, routes.ModelHashLabel)
@@ -78,7 +84,8 @@ func TestMergeRoute(t *testing.T) {
 	desired := desiredRoute(t, 9000, "/custom")
 	existing := stored(desiredRoute(t, 8000), func(r *gatewayv1.HTTPRoute) {
 		r.Labels["team"] = "x"
-		r.Annotations[routes.SourcesAnnotation] = "stale"
+		r.Annotations[routes.ScopesAnnotation] = "stale"
+		r.Annotations[routes.LegacySourcesAnnotation] = "Deployment/team-a/llama"
 	})
 	got := mergeRoute(existing, desired)
 
@@ -94,7 +101,11 @@ func TestMergeRoute(t *testing.T) {
 	if diff := cmp.Diff(desired.Spec, got.Spec); diff != "" {
 		t.Errorf("merged spec (-want +got):\n%s", diff)
 	}
-	if existing.Annotations[routes.SourcesAnnotation] != "stale" || existing.Labels["team"] != "x" {
+	if _, ok := got.Annotations[routes.LegacySourcesAnnotation]; ok {
+		t.Errorf("merged route kept the legacy sources annotation: %v", got.Annotations)
+	}
+	if existing.Annotations[routes.ScopesAnnotation] != "stale" || existing.Labels["team"] != "x" ||
+		existing.Annotations[routes.LegacySourcesAnnotation] == "" {
 		t.Error("mergeRoute modified the cached object")
 	}
 }

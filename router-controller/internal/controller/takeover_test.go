@@ -141,13 +141,13 @@ func TestReconcileModelTakeOver(t *testing.T) {
 		"AIBrix's route while AIBrix runs: waits": {
 			objs: []client.Object{qwenDeployment("8000"), aibrixMadeRoute(t)}, aibrixRunning: true,
 			wantEvents:  []string{"Warning AIBrixRunning"},
-			wantState:   RouteStateConflict,
+			wantState:   RouteStateWaitingForAIBrix,
 			wantRequeue: 7 * time.Second,
 		},
 		"AIBrix's route, its Lease forbidden: waits": {
 			objs: []client.Object{qwenDeployment("8000"), aibrixMadeRoute(t)}, aibrixForbidden: true,
 			wantEvents:  []string{"Warning AIBrixRunning"},
-			wantState:   RouteStateConflict,
+			wantState:   RouteStateWaitingForAIBrix,
 			wantRequeue: 7 * time.Second,
 		},
 		"AIBrix's route while AIBrix runs: the legacy route kept current": {
@@ -155,7 +155,7 @@ func TestReconcileModelTakeOver(t *testing.T) {
 			aibrixRunning: true,
 			wantWrites:    []string{write("update", qwenLegacy)},
 			wantEvents:    []string{"Warning AIBrixRunning"},
-			wantState:     RouteStateConflict,
+			wantState:     RouteStateWaitingForAIBrix,
 			wantRequeue:   7 * time.Second,
 		},
 		"foreign route under the name: the legacy route kept current": {
@@ -169,7 +169,7 @@ func TestReconcileModelTakeOver(t *testing.T) {
 			wantState:  RouteStateConflict,
 		},
 		"legacy route only: the new one created first": {
-			objs:       []client.Object{qwenDeployment("8000"), qwenBuilt(t, qwenLegacy, routes.Accepted)},
+			objs:       []client.Object{qwenDeployment("8000"), qwenBuilt(t, qwenLegacy, routes.Accepted), grantObj(t, "qwen")},
 			wantWrites: []string{write("create", qwenRoute)},
 			wantEvents: []string{"Normal RouteCreated"},
 			wantState:  RouteStateManaged,
@@ -205,9 +205,9 @@ func TestReconcileModelTakeOver(t *testing.T) {
 			wantEvents: []string{"Warning RouteNotAccepted", "Normal RouteRenamed"},
 			wantState:  RouteStateNotAccepted,
 		},
-		"new route outdated: updated first, legacy kept": {
+		"new route outdated: updated first, legacy kept and kept current": {
 			objs:       []client.Object{qwenDeployment("8002"), qwenBuilt(t, qwenRoute, routes.Accepted), qwenBuilt(t, qwenLegacy, routes.Accepted)},
-			wantWrites: []string{write("update", qwenRoute)},
+			wantWrites: []string{write("update", qwenRoute), write("update", qwenLegacy)},
 			wantEvents: []string{"Normal RouteUpdated"},
 			wantState:  RouteStateManaged,
 		},

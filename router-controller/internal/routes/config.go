@@ -46,12 +46,29 @@ const (
 	// GatewayNamespaceLabel on a ReferenceGrant names the gateway namespace it admits routes
 	// from, so controllers for different gateway namespaces never touch each other's grants.
 	GatewayNamespaceLabel = "loraplane.io/gateway-namespace"
+	// InstallLabel on a route or grant names the router install that owns it (Config.InstallID):
+	// a router acts only on the objects of its own install, so that two installs sharing a
+	// gateway namespace never write each other's objects.
+	InstallLabel = "loraplane.io/install"
+	// GatewayLabel on a route names the Gateway (in the route's namespace) it was written
+	// for, so that two routers for two Gateways of one namespace tell their routes apart.
+	GatewayLabel = "loraplane.io/gateway"
 	// ModelAnnotation carries the exact model name of a route.
 	ModelAnnotation = "loraplane.io/model"
-	// SourcesAnnotation lists the sources of a route as sorted, comma-separated
-	// kind/namespace/name.
-	SourcesAnnotation = "loraplane.io/sources"
+	// ScopesAnnotation lists where the sources of a route live, as sorted, comma-separated,
+	// distinct Kind/namespace pairs. It changes only when a kind or namespace joins or leaves
+	// the route, not with every workload, and it stays small whatever the number of sources.
+	// A router whose view (watched namespaces, watched kinds) does not cover every scope of a
+	// route never deletes or rewrites it.
+	ScopesAnnotation = "loraplane.io/source-scopes"
+	// LegacySourcesAnnotation is where earlier builds listed every source of a route as
+	// kind/namespace/name. It is read for the route's scopes and removed on the next write.
+	LegacySourcesAnnotation = "loraplane.io/sources"
 )
+
+// DefaultInstallID is the install identity of a router that is given none and cannot tell
+// its own namespace (out of a cluster).
+const DefaultInstallID = "default"
 
 // Config holds what BuildRoute and AssignReferenceGrants need beyond the sources.
 type Config struct {
@@ -59,6 +76,9 @@ type Config struct {
 	GatewayNamespace string
 	// GatewayName is the Gateway every route attaches to.
 	GatewayName string
+	// InstallID identifies the router install (a label value); routes and grants carry it.
+	// Empty means DefaultInstallID.
+	InstallID string
 	// Paths are the path prefixes every model route matches, in addition to the sources'
 	// custom paths. Used as given: a nil or empty list means no base paths.
 	Paths []string
@@ -75,6 +95,9 @@ func (c Config) Validate() error {
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.GatewayName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("gateway name %q is invalid: %s", c.GatewayName, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsValidLabelValue(c.InstallID); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("install id %q is invalid: %s", c.InstallID, strings.Join(msgs, "; ")))
 	}
 	for _, p := range c.Paths {
 		if err := ValidatePath(p); err != nil {
@@ -121,4 +144,13 @@ func formatDuration(d time.Duration) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// Install returns the install identity routes and grants carry: InstallID, or
+// DefaultInstallID when it is empty.
+func (c Config) Install() string {
+	if c.InstallID == "" {
+		return DefaultInstallID
+	}
+	return c.InstallID
 }

@@ -32,7 +32,7 @@ import (
 // arguments. A current grant left without Services is not returned: it is surplus, to be
 // deleted after the returned grants are applied. No grants (and no error) are returned when
 // namespace is the gateway namespace or services is empty. Every grant carries
-// ManagedByLabel and GatewayNamespaceLabel.
+// ManagedByLabel, GatewayNamespaceLabel and InstallLabel.
 func AssignReferenceGrants(cfg Config, namespace string, services []string,
 	current []*gatewayv1beta1.ReferenceGrant, reserved []string) ([]*gatewayv1beta1.ReferenceGrant, error) {
 	if msgs := validation.IsDNS1123Label(cfg.GatewayNamespace); len(msgs) > 0 {
@@ -148,6 +148,7 @@ func newReferenceGrant(cfg Config, namespace, name string, services []string) *g
 			Labels: map[string]string{
 				ManagedByLabel:        ManagedByValue,
 				GatewayNamespaceLabel: cfg.GatewayNamespace,
+				InstallLabel:          cfg.Install(),
 			},
 		},
 		Spec: gatewayv1beta1.ReferenceGrantSpec{

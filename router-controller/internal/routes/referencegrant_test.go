@@ -32,6 +32,7 @@ func wantGrant(name string, services ...string) *gatewayv1beta1.ReferenceGrant {
 			Labels: map[string]string{
 				"app.kubernetes.io/managed-by":   "loraplane-router-controller",
 				"loraplane.io/gateway-namespace": "aibrix-system",
+				"loraplane.io/install":           "default",
 			},
 		},
 		Spec: gatewayv1beta1.ReferenceGrantSpec{

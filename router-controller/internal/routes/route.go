@@ -57,11 +57,9 @@ func BuildRoute(cfg Config, model string, sources []Source) (*gatewayv1.HTTPRout
 
 	paths := slices.Clone(cfg.Paths)
 	var backends []backend
-	keys := make([]string, 0, len(srcs))
 	for _, s := range srcs {
 		paths = append(paths, s.Paths...)
 		backends = append(backends, backend{namespace: s.Namespace, service: s.Service, port: s.Port})
-		keys = append(keys, s.Key())
 	}
 	paths = dedupSorted(paths)
 	slices.SortFunc(backends, compareBackends)
@@ -103,10 +101,12 @@ func BuildRoute(cfg Config, model string, sources []Source) (*gatewayv1.HTTPRout
 			Labels: map[string]string{
 				ManagedByLabel: ManagedByValue,
 				ModelHashLabel: ModelHash(model),
+				InstallLabel:   cfg.Install(),
+				GatewayLabel:   cfg.GatewayName,
 			},
 			Annotations: map[string]string{
-				ModelAnnotation:   model,
-				SourcesAnnotation: strings.Join(keys, ","),
+				ModelAnnotation:  model,
+				ScopesAnnotation: FormatScopes(SourceScopes(srcs)),
 			},
 		},
 		Spec: gatewayv1.HTTPRouteSpec{
@@ -189,7 +189,7 @@ func canonicalSources(model string, sources []Source) ([]Source, error) {
 	return merged, nil
 }
 
-// kindPattern is the Gateway API Kind pattern; it keeps "/" and "," out of SourcesAnnotation.
+// kindPattern is the Gateway API Kind pattern; it keeps "/" and "," out of ScopesAnnotation.
 var kindPattern = regexp.MustCompile(`^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
 
 func validateSource(model string, s Source) error {

@@ -76,10 +76,12 @@ func TestBuildRoute(t *testing.T) {
 			Labels: map[string]string{
 				"app.kubernetes.io/managed-by": "loraplane-router-controller",
 				"loraplane.io/model-hash":      ModelHash("Llama-3"),
+				"loraplane.io/install":         "default",
+				"loraplane.io/gateway":         "aibrix-eg",
 			},
 			Annotations: map[string]string{
-				"loraplane.io/model":   "Llama-3",
-				"loraplane.io/sources": "Deployment/team-a/llama,ModelAdapter/aibrix-system/llama-lora,StatefulSet/team-b/llama-sts",
+				"loraplane.io/model":         "Llama-3",
+				"loraplane.io/source-scopes": "Deployment/team-a,ModelAdapter/aibrix-system,StatefulSet/team-b",
 			},
 		},
 		Spec: gatewayv1.HTTPRouteSpec{

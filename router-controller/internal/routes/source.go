@@ -60,7 +60,7 @@ type Source struct {
 	Paths []string
 }
 
-// Key returns "kind/namespace/name", the form used in SourcesAnnotation.
+// Key returns "kind/namespace/name", which identifies a source in messages.
 func (s Source) Key() string {
 	return s.Kind + "/" + s.Namespace + "/" + s.Name
 }

@@ -3,14 +3,18 @@
 package setup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -54,6 +58,11 @@ type Options struct {
 	GrantBatchWindow time.Duration
 	// AdoptAIBrix takes over the routes and ReferenceGrants AIBrix's model router made.
 	AdoptAIBrix bool
+	// InstallID identifies this install on its routes and grants; empty: the controller's
+	// namespace (OwnNamespace), else routes.DefaultInstallID.
+	InstallID string
+	// CrossNamespaceClaims serves a model from every namespace that claims it.
+	CrossNamespaceClaims bool
 
 	// SkipControllerNameValidation lets tests run several managers in one process.
 	SkipControllerNameValidation bool
@@ -99,6 +108,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "How many models or namespaces are reconciled in parallel.")
 	fs.DurationVar(&o.GrantBatchWindow, "grant-batch-window", o.GrantBatchWindow,
 		"How long the ReferenceGrants of a namespace wait after a route change, so that the routes written meanwhile cost one grant write (0: no wait).")
+	fs.StringVar(&o.InstallID, "install-id", o.InstallID,
+		"Identity of this install, written on its HTTPRoutes and ReferenceGrants (label "+routes.InstallLabel+"); the router acts only on its own install's objects. "+
+			"Default: the controller's namespace (--leader-election-namespace or the pod's). Give two installs that share a gateway namespace different ids.")
+	fs.BoolVar(&o.CrossNamespaceClaims, "allow-cross-namespace-claims", o.CrossNamespaceClaims,
+		"Serve a model from every namespace whose workloads claim it (one route, the union of their backends). "+
+			"Off (the default): a model is served from one namespace, where it was claimed first; claimants elsewhere get no traffic and a ClaimRefused event. "+
+			"On, anyone who can label a workload in any watched namespace receives a share of any model's requests (prompts included): only for clusters whose namespaces trust each other.")
 	fs.BoolVar(&o.AdoptAIBrix, "adopt-aibrix-objects", o.AdoptAIBrix,
 		"Take over what AIBrix's model router made: adopt the HTTPRoute of a model in AIBrix's shape (named as AIBrix names it, attached to --gateway-name, "+
 			"every match requiring the model header), and delete AIBrix's reserved ReferenceGrant of a namespace once loraplane's grants admit every Service routed to there. "+
@@ -110,9 +126,15 @@ func (o *Options) RoutesConfig() routes.Config {
 	return routes.Config{
 		GatewayNamespace: o.GatewayNamespace,
 		GatewayName:      o.GatewayName,
+		InstallID:        o.installID(),
 		Paths:            append([]string(nil), o.RoutePaths...),
 		Timeout:          o.RouteTimeout,
 	}
+}
+
+// installID is --install-id, else the controller's namespace, else the default id.
+func (o *Options) installID() string {
+	return cmp.Or(o.InstallID, o.OwnNamespace(), routes.DefaultInstallID)
 }
 
 // Validate checks every option and says what is wrong with each bad one.
@@ -126,6 +148,9 @@ func (o *Options) Validate() error {
 	}
 	if msgs := validation.IsDNS1123Subdomain(o.GatewayName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--gateway-name %q: %s", o.GatewayName, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsValidLabelValue(o.InstallID); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--install-id %q: %s", o.InstallID, strings.Join(msgs, "; ")))
 	}
 	if len(o.RoutePaths) == 0 {
 		errs = append(errs, errors.New("--route-paths must name at least one path prefix"))
@@ -248,6 +273,7 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			// cache too, so that a conflict is seen and its removal noticed.
 			&gatewayv1.HTTPRoute{}: {Namespaces: map[string]cache.Config{o.GatewayNamespace: {}}},
 		},
+		Transform: stripLastApplied,
 	})
 	if err != nil {
 		return nil, err
@@ -273,6 +299,8 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 			SkipNameValidation:      o.SkipControllerNameValidation,
 			AdoptAIBrix:             o.AdoptAIBrix,
 			AIBrix:                  detector,
+			CrossNamespaceClaims:    o.CrossNamespaceClaims,
+			WatchNamespaces:         o.WatchNamespaces,
 		})
 	if err != nil {
 		return nil, err
@@ -280,7 +308,30 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 	if err := r.SetupWithManager(ctx, a.Manager); err != nil {
 		return nil, err
 	}
+	log := a.Manager.GetLogger()
+	log.Info("Router install", "installID", o.installID(), "gateway", o.GatewayNamespace+"/"+o.GatewayName,
+		"crossNamespaceClaims", o.CrossNamespaceClaims)
+	if o.GatewayNamespace != routes.DefaultGatewayNamespace {
+		log.Info("Warning: AIBrix's gateway plugin looks model routes up in "+routes.DefaultGatewayNamespace+
+			" only; with another --gateway-namespace it cannot find them (use a gateway that routes by the HTTPRoutes alone), "+
+			"and routes written under an earlier --gateway-namespace stay there until deleted by hand",
+			"gatewayNamespace", o.GatewayNamespace)
+	}
 	return a, nil
+}
+
+// stripLastApplied drops kubectl's last-applied-configuration annotation from the
+// metadata-only workloads the router caches: a copy of the whole object that routing never
+// reads, often the largest part of a workload's metadata. Workloads are only read, never
+// written back, so nothing is lost.
+func stripLastApplied(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		if _, has := m.Annotations[corev1.LastAppliedConfigAnnotation]; has {
+			m.Annotations = maps.Clone(m.Annotations)
+			delete(m.Annotations, corev1.LastAppliedConfigAnnotation)
+		}
+	}
+	return obj, nil
 }
 
 // Run builds the manager (see Build) and runs it until ctx ends.

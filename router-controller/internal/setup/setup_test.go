@@ -33,6 +33,7 @@ func TestDefaults(t *testing.T) {
 	want := routes.Config{
 		GatewayNamespace: "aibrix-system",
 		GatewayName:      "aibrix-eg",
+		InstallID:        "default",
 		Paths: []string{"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
 			"/v1/rerank", "/v1/classify", "/generate", "/generatevideo", "/v1/audio/transcriptions", "/v1/audio/translations"},
 		Timeout: 120 * time.Second,
@@ -50,18 +51,22 @@ func TestDefaults(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	o := parse(t,
-		"--gateway-namespace=gw", "--gateway-name=eg", "--route-paths= /a, /b/c ,,",
+		"--gateway-namespace=gw", "--gateway-name=eg", "--route-paths= /a, /b/c ,,", "--install-id=team-a",
+		"--allow-cross-namespace-claims",
 		"--route-timeout=90s", "--max-concurrent-reconciles=4", "--grant-batch-window=2s",
 		"--extra-workload-kinds=leaderworkerset.x-k8s.io/v1/LeaderWorkerSet, orchestration.aibrix.ai/v1alpha1/RayClusterFleet")
 	if err := o.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
-	want := routes.Config{GatewayNamespace: "gw", GatewayName: "eg", Paths: []string{"/a", "/b/c"}, Timeout: 90 * time.Second}
+	want := routes.Config{GatewayNamespace: "gw", GatewayName: "eg", InstallID: "team-a", Paths: []string{"/a", "/b/c"}, Timeout: 90 * time.Second}
 	if diff := cmp.Diff(want, o.RoutesConfig()); diff != "" {
 		t.Errorf("route configuration (-want +got):\n%s", diff)
 	}
 	if o.GrantBatchWindow != 2*time.Second {
 		t.Errorf("--grant-batch-window = %s, want 2s", o.GrantBatchWindow)
+	}
+	if !o.CrossNamespaceClaims {
+		t.Error("--allow-cross-namespace-claims not set")
 	}
 	kinds, err := o.SourceKinds()
 	if err != nil {
@@ -98,6 +103,7 @@ func TestValidate(t *testing.T) {
 		"too long timeout":      {args: []string{"--route-timeout=1000000h"}, wantErr: []string{"timeout"}},
 		"zero concurrency":      {args: []string{"--max-concurrent-reconciles=0"}, wantErr: []string{"--max-concurrent-reconciles"}},
 		"negative grant window": {args: []string{"--grant-batch-window=-1s"}, wantErr: []string{"--grant-batch-window"}},
+		"bad install id":        {args: []string{"--install-id=team a/b"}, wantErr: []string{"--install-id"}},
 		"kind without group":    {args: []string{"--extra-workload-kinds=v1/LeaderWorkerSet"}, wantErr: []string{"want group/version/Kind"}},
 		"lower-case kind":       {args: []string{"--extra-workload-kinds=x.io/v1/leaderworkerset"}, wantErr: []string{"CamelCase"}},
 		"bad version":           {args: []string{"--extra-workload-kinds=x.io/V1/Thing"}, wantErr: []string{"version"}},

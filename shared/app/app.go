@@ -71,19 +71,8 @@ func New(o *Options, c Config) (*App, error) {
 	cfg.Burst = o.Burst
 	cfg.UserAgent = c.Controller + "/" + version.Version
 
-	transform := cache.TransformStripManagedFields()
-	if extra := c.Transform; extra != nil {
-		strip := transform
-		transform = func(obj any) (any, error) {
-			out, err := strip(obj)
-			if err != nil {
-				return nil, err
-			}
-			return extra(out)
-		}
-	}
 	cacheOpts := cache.Options{
-		DefaultTransform:            transform,
+		DefaultTransform:            cacheTransform(c.Transform),
 		ByObject:                    maps.Clone(c.ByObject),
 		ReaderFailOnMissingInformer: true,
 	}
@@ -177,4 +166,19 @@ func logMetricsCertificate(logger logr.Logger, dir string) {
 		}
 	}
 	logger.Info("Serving metrics with a self-signed certificate: scrapers cannot verify it", "certDir", dir)
+}
+
+// cacheTransform strips managedFields from every cached object, then runs extra (if set).
+func cacheTransform(extra toolscache.TransformFunc) toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	if extra == nil {
+		return strip
+	}
+	return func(obj any) (any, error) {
+		out, err := strip(obj)
+		if err != nil {
+			return nil, err
+		}
+		return extra(out)
+	}
 }

@@ -66,20 +66,34 @@ func (s Source) Key() string {
 }
 
 // ClaimedModel returns the model name a workload claims, whether or not it can be routed:
-// the label model.aibrix.ai/name, else the annotation of that key, else (ModelAdapters only)
-// the adapter's name; "" when it claims none. SourceFromObject routes exactly the workloads
+// for a ModelAdapter always its name, since engines load the adapter and AIBrix's gateway
+// plugin looks it up by that name; for other kinds the label model.aibrix.ai/name, else the
+// annotation of that key, else "" (no claim). SourceFromObject routes exactly the workloads
 // that claim a model (and reports the problems of those it cannot route).
 func ClaimedModel(kind string, obj metav1.Object) string {
-	if m := obj.GetLabels()[modelv1alpha1.ModelNameLabel]; m != "" {
-		return m
-	}
-	if m := obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]; m != "" {
-		return m
-	}
 	if kind == KindModelAdapter {
 		return obj.GetName()
 	}
-	return ""
+	if m := obj.GetLabels()[modelv1alpha1.ModelNameLabel]; m != "" {
+		return m
+	}
+	return obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]
+}
+
+// adapterNameProblems reports a model.aibrix.ai/name label or annotation on a ModelAdapter
+// that differs from its name: ClaimedModel ignores both.
+func adapterNameProblems(obj metav1.Object) []string {
+	var problems []string
+	for _, m := range []struct{ what, value string }{
+		{"Label", obj.GetLabels()[modelv1alpha1.ModelNameLabel]},
+		{"Annotation", obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]},
+	} {
+		if m.value != "" && m.value != obj.GetName() {
+			problems = append(problems, fmt.Sprintf("%s %s %q differs from the adapter's name; it is routed as %q, the name engines and AIBrix's gateway use",
+				m.what, modelv1alpha1.ModelNameLabel, m.value, obj.GetName()))
+		}
+	}
+	return problems
 }
 
 // SourceFromObject reads the routing labels and annotations of a workload of the given kind.
@@ -97,6 +111,7 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	}
 
 	if kind == KindModelAdapter {
+		problems = adapterNameProblems(obj)
 		// The adapter controller publishes every adapter behind a headless Service named
 		// after it; the service-name annotation cannot redirect that.
 		src.Service = obj.GetName()

@@ -165,12 +165,27 @@ func TestSourceFromObject(t *testing.T) {
 			obj:  &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora"},
 			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 8000}, wantOK: true,
 		},
-		"labelled model adapter routes to its own service": {
+		"model adapter is routed under its name, not its label": {
+			// Engines load the adapter, and AIBrix's gateway plugin looks it up, by its name.
 			kind: KindModelAdapter,
 			obj: &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora",
 				Labels:      map[string]string{nameKey: "sql-assistant", portKey: "9000"},
 				Annotations: map[string]string{svcKey: "elsewhere", pathsKey: "/v1/sql"}},
-			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-assistant", Service: "sql-lora", Port: 9000, Paths: []string{"/v1/sql"}}, wantOK: true,
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 9000, Paths: []string{"/v1/sql"}}, wantOK: true,
+			wantProblems: []string{`Label model.aibrix.ai/name "sql-assistant" differs from the adapter's name; it is routed as "sql-lora", the name engines and AIBrix's gateway use`},
+		},
+		"model adapter with a differing annotation": {
+			kind: KindModelAdapter,
+			obj: &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora",
+				Labels:      map[string]string{nameKey: "sql-lora"},
+				Annotations: map[string]string{nameKey: "sql-assistant"}},
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 8000}, wantOK: true,
+			wantProblems: []string{`Annotation model.aibrix.ai/name "sql-assistant" differs from the adapter's name; it is routed as "sql-lora", the name engines and AIBrix's gateway use`},
+		},
+		"model adapter whose label is its name": {
+			kind: KindModelAdapter,
+			obj:  &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora", Labels: map[string]string{nameKey: "sql-lora"}},
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 8000}, wantOK: true,
 		},
 		"model adapter whose name is not a service name": {
 			kind:         KindModelAdapter,

@@ -49,8 +49,9 @@ func TestClaimedModel(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("claimedModel = %q, want %q", got, tc.want)
 			}
-			// Agreement with the route builder's reading on every routable workload.
-			if src, ok, _ := routes.SourceFromObject(tc.kind, tc.obj); ok && src.Model != got {
+			// Agreement with the route builder's reading on every routable workload (an
+			// adapter whose Service is published).
+			if src, ok, _ := routes.SourceFromObject(tc.kind, tc.obj, 8000); ok && src.Model != got {
 				t.Errorf("claimedModel = %q but SourceFromObject says %q", got, src.Model)
 			}
 		})

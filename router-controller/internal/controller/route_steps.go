@@ -34,7 +34,10 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 	if err != nil {
 		return err
 	}
-	live, sources := r.routableSources(ctx, model, objs)
+	live, sources, err := r.routableSources(ctx, model, objs)
+	if err != nil {
+		return err
+	}
 
 	existing, err := r.getRoute(ctx, routes.RouteName(model))
 	if err != nil {
@@ -73,8 +76,9 @@ type modelRoutes struct {
 
 // routableSources converts the cached workloads of model into routing sources. Workloads
 // being deleted are not live. Problems are reported as Warning events on the workload;
-// workloads that cannot be routed are left out.
-func (r *RouteReconciler) routableSources(ctx context.Context, model string, objs []sourceObject) ([]sourceObject, []routes.Source) {
+// workloads that cannot be routed (a ModelAdapter among them until its Service is
+// published) are left out. An error is a failed cache read.
+func (r *RouteReconciler) routableSources(ctx context.Context, model string, objs []sourceObject) ([]sourceObject, []routes.Source, error) {
 	var (
 		live    []sourceObject
 		sources []routes.Source
@@ -83,7 +87,11 @@ func (r *RouteReconciler) routableSources(ctx context.Context, model string, obj
 		if o.obj.DeletionTimestamp != nil {
 			continue
 		}
-		src, ok, problems := routes.SourceFromObject(o.kind.GVK.Kind, o.obj)
+		port, err := r.sourcePort(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		src, ok, problems := routes.SourceFromObject(o.kind.GVK.Kind, o.obj, port)
 		if len(problems) > 0 {
 			ctrl.LoggerFrom(ctx).V(2).Info("Source has problems", "kind", o.kind.GVK.Kind, "source", klog.KObj(o.obj), "problems", problems)
 			r.eventOnSources([]sourceObject{o}, nil, corev1.EventTypeWarning, ReasonInvalidSource, ActionReadLabels,
@@ -95,7 +103,7 @@ func (r *RouteReconciler) routableSources(ctx context.Context, model string, obj
 		live = append(live, o)
 		sources = append(sources, src)
 	}
-	return live, sources
+	return live, sources, nil
 }
 
 // getRoute returns the cached route of that name in the gateway namespace, or nil.

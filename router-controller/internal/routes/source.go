@@ -98,11 +98,16 @@ func adapterNameProblems(obj metav1.Object) []string {
 
 // SourceFromObject reads the routing labels and annotations of a workload of the given kind.
 //
+// adapterPort matters for ModelAdapters only: the port of the Service the adapter-controller
+// published for the adapter (AdapterPort), 0 while it has published none. A ModelAdapter is
+// routed on that port (its port label is not read) and not at all without it: a route must
+// not point at a Service that does not exist.
+//
 // ok is false when the object is not a model workload (no model name; problems is empty) or
 // when it cannot be routed (problems says why). Problems are complete sentences meant for a
 // Warning event on the object; with ok true they describe values that were ignored or replaced
 // by defaults.
-func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, problems []string) {
+func SourceFromObject(kind string, obj metav1.Object, adapterPort int32) (src Source, ok bool, problems []string) {
 	labels, annotations := obj.GetLabels(), obj.GetAnnotations()
 	src = Source{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 
@@ -122,7 +127,9 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	}
 
 	var err error
-	if src.Port, err = modelv1alpha1.EnginePort(labels); err != nil {
+	if kind == KindModelAdapter {
+		src.Port = adapterPort
+	} else if src.Port, err = modelv1alpha1.EnginePort(labels); err != nil {
 		problems = append(problems, fmt.Sprintf("%s; using %d", capitalize(err.Error()), src.Port))
 	}
 
@@ -136,6 +143,10 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	if msgs := validation.IsDNS1035Label(src.Service); len(msgs) > 0 {
 		return Source{}, false, append(problems, fmt.Sprintf("Service name %q for model %q is not a valid Service name: %s",
 			src.Service, src.Model, strings.Join(msgs, "; ")))
+	}
+	if kind == KindModelAdapter && src.Port == 0 {
+		return Source{}, false, append(problems, fmt.Sprintf("Waiting for the adapter-controller to publish Service %s/%s",
+			src.Namespace, src.Service))
 	}
 	return src, true, problems
 }

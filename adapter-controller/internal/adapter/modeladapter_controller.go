@@ -29,6 +29,7 @@ import (
 	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	"github.com/loraplane/loraplane/shared/aibrix"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/shared/objmeta"
 )
 
 // +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters,verbs=get;list;watch;update;patch
@@ -60,9 +61,10 @@ const (
 	Finalizer = "loraplane.io/unload-adapter"
 	// ManagedByLabel marks the Services and EndpointSlices this controller owns; the caches
 	// of those kinds are scoped to it.
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	// ManagedByValue is the value of ManagedByLabel.
-	ManagedByValue = "loraplane-adapter-controller"
+	ManagedByLabel = objmeta.ManagedByLabel
+	// ManagedByValue is the value of ManagedByLabel. The router-controller reads the
+	// Services that carry it.
+	ManagedByValue = objmeta.AdapterControllerManagedBy
 	// EndpointSliceManagedBy is the endpointslice.kubernetes.io/managed-by value.
 	EndpointSliceManagedBy = "adapter-controller.loraplane.io"
 	// APIKeySecretKey is the entry of credentialsSecretRef sent to engines as a bearer token.

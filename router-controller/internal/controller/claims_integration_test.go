@@ -103,7 +103,10 @@ func TestCrossNamespaceClaimsOptIn(t *testing.T) {
 	d2 := createDeployment(t, ns2, "engine", map[string]string{portKey: "8001"}, map[string]string{nameKey: model, svcKey: "shared-svc"})
 	both := []string{"0:" + ns1 + "/shared-svc:8000", "0:" + ns2 + "/shared-svc:8001"}
 	slices.Sort(both)
-	waitRoute(t, gw, model, wantBackends(both...))
+	route := waitRoute(t, gw, model, wantBackends(both...))
+	if !strings.HasPrefix(route.Name, "org-shared-") || routes.ModelOf(route) != model {
+		t.Errorf("route %q of model %q: not the normalised, hashed name or not this model", route.Name, routes.ModelOf(route))
+	}
 	waitGrant(t, gw, ns1, "shared-svc")
 	waitGrant(t, gw, ns2, "shared-svc")
 

@@ -11,6 +11,12 @@
 // (and that model's route name) to the workload, so a reconcile reads only the workloads of
 // its model.
 //
+// A ModelAdapter's port is that of the Service the adapter-controller publishes for it
+// (adapter_services.go): the router caches those Services only (AdapterServiceSelector),
+// declared through the sync gate like the sources, and a Service created, changed or
+// deleted enqueues its adapter's model. An adapter whose Service is not there yet claims its
+// model but adds no backend.
+//
 // # Keys
 //
 // One workqueue of Key values: KeyModel (a model name, which may hold '/' or any other

@@ -36,7 +36,8 @@ func TestClaimedModel(t *testing.T) {
 		"label wins":                   {kind: "Deployment", obj: meta("d", map[string]string{nameKey: "a"}, map[string]string{nameKey: "b"}), want: "a"},
 		"empty label, annotation":      {kind: "Deployment", obj: meta("d", map[string]string{nameKey: ""}, map[string]string{nameKey: "b"}), want: "b"},
 		"adapter defaults to name":     {kind: routes.KindModelAdapter, obj: meta("lora-1", nil, nil), want: "lora-1"},
-		"adapter label":                {kind: routes.KindModelAdapter, obj: meta("lora-1", map[string]string{nameKey: "base"}, nil), want: "base"},
+		"adapter label ignored":        {kind: routes.KindModelAdapter, obj: meta("lora-1", map[string]string{nameKey: "base"}, nil), want: "lora-1"},
+		"adapter annotation ignored":   {kind: routes.KindModelAdapter, obj: meta("lora-1", nil, map[string]string{nameKey: "base"}), want: "lora-1"},
 		"model with slash":             {kind: "Deployment", obj: meta("d", nil, map[string]string{nameKey: "Qwen/Qwen2.5-7B"}), want: "Qwen/Qwen2.5-7B"},
 		"unroutable model still named": {kind: "Deployment", obj: meta("d", nil, map[string]string{nameKey: "bad\x00name"}), want: "bad\x00name"},
 		"bad port keeps model":         {kind: "Deployment", obj: meta("d", map[string]string{nameKey: "m", portKey: "http"}, nil), want: "m"},
@@ -48,8 +49,9 @@ func TestClaimedModel(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("claimedModel = %q, want %q", got, tc.want)
 			}
-			// Agreement with the route builder's reading on every routable workload.
-			if src, ok, _ := routes.SourceFromObject(tc.kind, tc.obj); ok && src.Model != got {
+			// Agreement with the route builder's reading on every routable workload (an
+			// adapter whose Service is published).
+			if src, ok, _ := routes.SourceFromObject(tc.kind, tc.obj, 8000); ok && src.Model != got {
 				t.Errorf("claimedModel = %q but SourceFromObject says %q", got, src.Model)
 			}
 		})

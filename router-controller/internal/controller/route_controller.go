@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -36,6 +37,9 @@ import (
 // election. No Secrets.
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=model.aibrix.ai,resources=modeladapters,verbs=get;list;watch
+// The Services the adapter-controller publishes for ModelAdapters (the cache is scoped to
+// them by label; RBAC cannot be): the port of an adapter's route.
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=leaderworkerset.x-k8s.io,resources=leaderworkersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=orchestration.aibrix.ai,resources=rayclusterfleets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes;referencegrants,verbs=get;list;watch;create;update;patch;delete
@@ -224,6 +228,9 @@ func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Mana
 		}
 		b = b.WatchesRawSource(src)
 	}
+	// The Services the adapter-controller publishes give the ports of adapters' routes.
+	b = b.WatchesRawSource(source.TypedKind(declared, &corev1.Service{},
+		handler.TypedEnqueueRequestsFromMapFunc(r.serviceToModel), adapterServiceChanged()))
 	// Routes enqueue their models at once and the grants of their namespaces after the batch
 	// window (two handlers on one informer); grant events too, so that our own grant writes
 	// do not trigger an immediate reconcile that would write again for the next route.

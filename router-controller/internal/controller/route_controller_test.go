@@ -128,9 +128,9 @@ func checkShape(r *gatewayv1.HTTPRoute, gw, model string, wantPaths []string) er
 	return nil
 }
 
-// TestModelAdapterSource: a ModelAdapter routes its own name to its own Service; removing
-// it removes the route and the grant. This router watches every namespace (the production
-// default), unlike the other tests.
+// TestModelAdapterSource: a ModelAdapter routes its own name to its own Service, once the
+// adapter-controller published it; removing the adapter removes the route and the grant.
+// This router watches every namespace (the production default), unlike the other tests.
 func TestModelAdapterSource(t *testing.T) {
 	needEnv(t)
 	gw, ns := newNamespace(t, "gw"), newNamespace(t, "src")
@@ -148,6 +148,9 @@ func TestModelAdapterSource(t *testing.T) {
 	}
 	if err := k8s.Create(context.Background(), adapter); err != nil {
 		t.Fatalf("creating ModelAdapter: %v", err)
+	}
+	if err := k8s.Create(context.Background(), adapterService(adapter, 8000)); err != nil {
+		t.Fatalf("creating the adapter's Service: %v", err)
 	}
 	waitRoute(t, gw, name, wantBackends(fmt.Sprintf("0:%s/%s:8000", ns, name)))
 	waitGrant(t, gw, ns, name)

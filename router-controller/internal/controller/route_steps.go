@@ -61,14 +61,17 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 	}
 	served, refused, owner := r.splitClaims(claimants, prior)
 	r.reportRefused(ctx, model, owner, refused)
-	live, sources := r.routableSources(ctx, model, served)
+	live, sources, err := r.routableSources(ctx, model, served)
+	if err != nil {
+		return err
+	}
 	if len(sources) == 0 {
-		return r.keepUnroutable(ctx, model, served, "no workload claiming it can be routed (see the InvalidSource events on them)")
+		return r.keepUnroutable(ctx, model, served, serving != nil, "no workload claiming it can be routed (see the InvalidSource events on them)")
 	}
 	desired, err := routes.BuildRoute(r.cfg.Routes, model, sources)
 	if err != nil {
 		// Retrying cannot fix the sources; the next change of one reconciles again.
-		_ = r.keepUnroutable(ctx, model, live, err.Error())
+		_ = r.keepUnroutable(ctx, model, live, true, err.Error())
 		return reconcile.TerminalError(err)
 	}
 	m := modelRoutes{model: model, desired: desired, existing: existing, legacy: legacy, live: live, sources: sources}
@@ -77,10 +80,12 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 
 // keepUnroutable leaves the model's route as it is while workloads still claim the model but
 // none of them can make a valid route (a typo in an annotation must not take a live model
-// offline): counted as state invalid, reported once per reason on the claimants.
-func (r *RouteReconciler) keepUnroutable(ctx context.Context, model string, claimants []sourceObject, why string) error {
+// offline): counted as state invalid and, when report is set, reported once per reason on
+// the claimants. Without a route and without a route's worth of sources (a ModelAdapter
+// waiting for its Service), the InvalidSource events say it all.
+func (r *RouteReconciler) keepUnroutable(ctx context.Context, model string, claimants []sourceObject, report bool, why string) error {
 	news := r.states.invalid(model, why, claimants)
-	if len(news) > 0 {
+	if report && len(news) > 0 {
 		ctrl.LoggerFrom(ctx).Info("Cannot publish a valid route for the model; any route it has is kept as it is", "model", model, "reason", why)
 		r.eventOnSources(news, nil, corev1.EventTypeWarning, ReasonRouteInvalid, ActionSkip,
 			"Cannot publish a valid HTTPRoute for model %q: %s; its current route, if any, is kept as it is", model, why)
@@ -100,14 +105,19 @@ type modelRoutes struct {
 
 // routableSources converts the live claimants of model into routing sources. Problems are
 // reported as Warning events on the workload (once per set of problems); workloads that
-// cannot be routed are left out.
-func (r *RouteReconciler) routableSources(ctx context.Context, model string, objs []sourceObject) ([]sourceObject, []routes.Source) {
+// cannot be routed (a ModelAdapter among them until its Service is published) are left out.
+// An error is a failed cache read.
+func (r *RouteReconciler) routableSources(ctx context.Context, model string, objs []sourceObject) ([]sourceObject, []routes.Source, error) {
 	var (
 		live    []sourceObject
 		sources []routes.Source
 	)
 	for _, o := range objs {
-		src, ok, problems := routes.SourceFromObject(o.kind.GVK.Kind, o.obj)
+		port, err := r.sourcePort(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		src, ok, problems := routes.SourceFromObject(o.kind.GVK.Kind, o.obj, port)
 		if r.states.problems(model, o, problems) {
 			ctrl.LoggerFrom(ctx).V(2).Info("Source has problems", "kind", o.kind.GVK.Kind, "source", klog.KObj(o.obj), "problems", problems)
 			r.eventOnSources([]sourceObject{o}, nil, corev1.EventTypeWarning, ReasonInvalidSource, ActionReadLabels,
@@ -119,7 +129,7 @@ func (r *RouteReconciler) routableSources(ctx context.Context, model string, obj
 		live = append(live, o)
 		sources = append(sources, src)
 	}
-	return live, sources
+	return live, sources, nil
 }
 
 // getRoute returns the cached route of that name in the gateway namespace, or nil.

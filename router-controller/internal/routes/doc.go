@@ -11,11 +11,16 @@
 // # Sources
 //
 // A workload is a model workload when it carries the model name in the label
-// model.aibrix.ai/name, or else in the annotation of that key. Its Service comes from the
-// annotation model.aibrix.ai/service-name, else the model name; a ModelAdapter always routes to
-// its own headless Service, named after the adapter. The port comes from the label
-// model.aibrix.ai/port (default 8000) and extra path prefixes from the comma-separated
-// annotation model.aibrix.ai/model-router-custom-paths. Bad values that can be recovered from
+// model.aibrix.ai/name, or else in the annotation of that key. A ModelAdapter is always
+// routed under its own name, the name engines load it under and AIBrix's gateway plugin looks
+// it up by; a label or annotation that says otherwise is reported, not followed. Its Service
+// comes from the annotation model.aibrix.ai/service-name, else the model name; its port from
+// the label model.aibrix.ai/port (default 8000). A ModelAdapter always routes to its own
+// headless Service, named after it, on the port of that Service (AdapterPort): the
+// adapter-controller publishes it on the engines' port, so the reconciler passes the port of
+// the Service it finds in its cache, and an adapter without one is not routed yet. Extra path
+// prefixes come from the comma-separated annotation
+// model.aibrix.ai/model-router-custom-paths. Bad values that can be recovered from
 // (a bad port, an invalid custom path) are dropped and reported as problems for a Warning
 // event; values that would make the route invalid (a Service that is not a DNS-1035 label, a
 // model name that cannot be a header value) exclude the source, also with a problem.

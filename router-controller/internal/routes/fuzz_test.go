@@ -38,7 +38,7 @@ func FuzzSourceToRoute(f *testing.F) {
 			Labels:      map[string]string{modelv1alpha1.ModelNameLabel: model, modelv1alpha1.ModelPortLabel: port},
 			Annotations: map[string]string{modelv1alpha1.ServiceNameAnnotation: service, modelv1alpha1.CustomPathsAnnotation: paths},
 		}
-		src, ok, problems := SourceFromObject("Deployment", obj)
+		src, ok, problems := SourceFromObject("Deployment", obj, 0)
 		if !ok {
 			if model != "" && len(problems) == 0 {
 				t.Fatalf("model %q not routable and no problem says why", model)

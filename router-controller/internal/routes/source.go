@@ -66,29 +66,48 @@ func (s Source) Key() string {
 }
 
 // ClaimedModel returns the model name a workload claims, whether or not it can be routed:
-// the label model.aibrix.ai/name, else the annotation of that key, else (ModelAdapters only)
-// the adapter's name; "" when it claims none. SourceFromObject routes exactly the workloads
+// for a ModelAdapter always its name, since engines load the adapter and AIBrix's gateway
+// plugin looks it up by that name; for other kinds the label model.aibrix.ai/name, else the
+// annotation of that key, else "" (no claim). SourceFromObject routes exactly the workloads
 // that claim a model (and reports the problems of those it cannot route).
 func ClaimedModel(kind string, obj metav1.Object) string {
-	if m := obj.GetLabels()[modelv1alpha1.ModelNameLabel]; m != "" {
-		return m
-	}
-	if m := obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]; m != "" {
-		return m
-	}
 	if kind == KindModelAdapter {
 		return obj.GetName()
 	}
-	return ""
+	if m := obj.GetLabels()[modelv1alpha1.ModelNameLabel]; m != "" {
+		return m
+	}
+	return obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]
+}
+
+// adapterNameProblems reports a model.aibrix.ai/name label or annotation on a ModelAdapter
+// that differs from its name: ClaimedModel ignores both.
+func adapterNameProblems(obj metav1.Object) []string {
+	var problems []string
+	for _, m := range []struct{ what, value string }{
+		{"Label", obj.GetLabels()[modelv1alpha1.ModelNameLabel]},
+		{"Annotation", obj.GetAnnotations()[modelv1alpha1.ModelNameLabel]},
+	} {
+		if m.value != "" && m.value != obj.GetName() {
+			problems = append(problems, fmt.Sprintf("%s %s %q differs from the adapter's name; it is routed as %q, the name engines and AIBrix's gateway use",
+				m.what, modelv1alpha1.ModelNameLabel, m.value, obj.GetName()))
+		}
+	}
+	return problems
 }
 
 // SourceFromObject reads the routing labels and annotations of a workload of the given kind.
+//
+// adapterPort matters for ModelAdapters only: the port of the Service the adapter-controller
+// published for the adapter (AdapterPort), 0 while it has published none. A ModelAdapter is
+// routed on that port (its port label is not read) and not at all without it: a route must
+// not point at a Service that does not exist.
 //
 // ok is false when the object is not a model workload (no model name; problems is empty) or
 // when it cannot be routed (problems says why). Problems are complete sentences meant for a
 // Warning event on the object; with ok true they describe values that were ignored or replaced
 // by defaults.
-func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, problems []string) {
+func SourceFromObject(kind string, obj metav1.Object, adapterPort int32) (src Source, ok bool, problems []string) {
 	labels, annotations := obj.GetLabels(), obj.GetAnnotations()
 	src = Source{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 
@@ -97,6 +116,7 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	}
 
 	if kind == KindModelAdapter {
+		problems = adapterNameProblems(obj)
 		// The adapter controller publishes every adapter behind a headless Service named
 		// after it; the service-name annotation cannot redirect that.
 		src.Service = obj.GetName()
@@ -107,7 +127,9 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	}
 
 	var err error
-	if src.Port, err = modelv1alpha1.EnginePort(labels); err != nil {
+	if kind == KindModelAdapter {
+		src.Port = adapterPort
+	} else if src.Port, err = modelv1alpha1.EnginePort(labels); err != nil {
 		problems = append(problems, fmt.Sprintf("%s; using %d", capitalize(err.Error()), src.Port))
 	}
 
@@ -121,6 +143,10 @@ func SourceFromObject(kind string, obj metav1.Object) (src Source, ok bool, prob
 	if msgs := validation.IsDNS1035Label(src.Service); len(msgs) > 0 {
 		return Source{}, false, append(problems, fmt.Sprintf("Service name %q for model %q is not a valid Service name: %s",
 			src.Service, src.Model, strings.Join(msgs, "; ")))
+	}
+	if kind == KindModelAdapter && src.Port == 0 {
+		return Source{}, false, append(problems, fmt.Sprintf("Waiting for the adapter-controller to publish Service %s/%s",
+			src.Namespace, src.Service))
 	}
 	return src, true, problems
 }

@@ -35,6 +35,7 @@ func TestSourceFromObject(t *testing.T) {
 	cases := map[string]struct {
 		kind         string
 		obj          metav1.Object
+		adapterPort  int32 // the port of the adapter's Service, 0 for none
 		want         Source
 		wantOK       bool
 		wantProblems []string
@@ -161,16 +162,47 @@ func TestSourceFromObject(t *testing.T) {
 			},
 		},
 		"model adapter without model name uses its own name": {
-			kind: KindModelAdapter,
+			kind: KindModelAdapter, adapterPort: 8000,
 			obj:  &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora"},
 			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 8000}, wantOK: true,
 		},
-		"labelled model adapter routes to its own service": {
-			kind: KindModelAdapter,
+		"model adapter is routed under its name, not its label, on its Service's port": {
+			// Engines load the adapter, and AIBrix's gateway plugin looks it up, by its name.
+			// The adapter-controller publishes its Service on the engines' port.
+			kind: KindModelAdapter, adapterPort: 30000,
 			obj: &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora",
 				Labels:      map[string]string{nameKey: "sql-assistant", portKey: "9000"},
 				Annotations: map[string]string{svcKey: "elsewhere", pathsKey: "/v1/sql"}},
-			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-assistant", Service: "sql-lora", Port: 9000, Paths: []string{"/v1/sql"}}, wantOK: true,
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 30000, Paths: []string{"/v1/sql"}}, wantOK: true,
+			wantProblems: []string{`Label model.aibrix.ai/name "sql-assistant" differs from the adapter's name; it is routed as "sql-lora", the name engines and AIBrix's gateway use`},
+		},
+		"model adapter with a differing annotation": {
+			kind: KindModelAdapter, adapterPort: 8000,
+			obj: &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora",
+				Labels:      map[string]string{nameKey: "sql-lora"},
+				Annotations: map[string]string{nameKey: "sql-assistant"}},
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 8000}, wantOK: true,
+			wantProblems: []string{`Annotation model.aibrix.ai/name "sql-assistant" differs from the adapter's name; it is routed as "sql-lora", the name engines and AIBrix's gateway use`},
+		},
+		"model adapter whose label is its name": {
+			kind: KindModelAdapter, adapterPort: 8000,
+			obj:  &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora", Labels: map[string]string{nameKey: "sql-lora"}},
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 8000}, wantOK: true,
+		},
+		"model adapter's port label is not read": {
+			kind: KindModelAdapter, adapterPort: 30000,
+			obj:  &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora", Labels: map[string]string{portKey: "http"}},
+			want: Source{Kind: KindModelAdapter, Namespace: "team-a", Name: "sql-lora", Model: "sql-lora", Service: "sql-lora", Port: 30000}, wantOK: true,
+		},
+		"model adapter whose Service is not published yet": {
+			kind:         KindModelAdapter,
+			obj:          &metav1.ObjectMeta{Namespace: "team-a", Name: "sql-lora", Labels: map[string]string{portKey: "8000"}},
+			wantProblems: []string{`Waiting for the adapter-controller to publish Service team-a/sql-lora`},
+		},
+		"a port for an adapter's Service is ignored on other kinds": {
+			kind: "Deployment", adapterPort: 30000,
+			obj:  deployment(map[string]string{nameKey: "llama"}, nil),
+			want: base("llama", "llama", 8000), wantOK: true,
 		},
 		"model adapter whose name is not a service name": {
 			kind:         KindModelAdapter,
@@ -180,7 +212,7 @@ func TestSourceFromObject(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, ok, problems := SourceFromObject(tc.kind, tc.obj)
+			got, ok, problems := SourceFromObject(tc.kind, tc.obj, tc.adapterPort)
 			if ok != tc.wantOK {
 				t.Errorf("ok = %v, want %v (problems: %q)", ok, tc.wantOK, problems)
 			}

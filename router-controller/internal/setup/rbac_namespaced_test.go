@@ -86,6 +86,8 @@ func TestChartNamespacedRBAC(t *testing.T) {
 			{Verb: "list", Group: "apps", Resource: "deployments"},
 			{Verb: "list", Group: "apps", Resource: "deployments", Namespace: other},
 			{Verb: "watch", Group: "model.aibrix.ai", Resource: "modeladapters"},
+			{Verb: "list", Resource: "services"},
+			{Verb: "watch", Resource: "services", Namespace: other},
 			{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: other},
 			{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "referencegrants", Namespace: other},
 			{Verb: "create", Resource: "events", Namespace: other},
@@ -94,6 +96,7 @@ func TestChartNamespacedRBAC(t *testing.T) {
 		allowed := []testenv.Access{
 			{Verb: "list", Group: "apps", Resource: "deployments", Namespace: src},
 			{Verb: "watch", Group: "model.aibrix.ai", Resource: "modeladapters", Namespace: src},
+			{Verb: "watch", Resource: "services", Namespace: src},
 			{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: gw},
 			{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "referencegrants", Namespace: src},
 			{Verb: "create", Resource: "events", Namespace: src},

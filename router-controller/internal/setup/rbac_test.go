@@ -72,6 +72,8 @@ func testRBACMinimal(ctx context.Context, t *testing.T, env *testenv.Env) {
 		{Verb: "delete", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "default"},
 		{Verb: "create", Resource: "services", Namespace: "default"},
+		{Verb: "update", Resource: "services", Namespace: "default"},
+		{Verb: "delete", Resource: "services", Namespace: "default"},
 		{Verb: "update", Group: "apps", Resource: "deployments", Namespace: "default"},
 		{Verb: "patch", Group: "apps", Resource: "deployments", Namespace: "default"},
 		{Verb: "update", Group: "model.aibrix.ai", Resource: "modeladapters", Namespace: "default"},
@@ -87,6 +89,9 @@ func testRBACMinimal(ctx context.Context, t *testing.T, env *testenv.Env) {
 	allowed := []testenv.Access{
 		{Verb: "list", Group: "apps", Resource: "deployments"},
 		{Verb: "watch", Group: "apps", Resource: "statefulsets"},
+		// The Services the adapter-controller publishes: the ports of adapters' routes.
+		{Verb: "list", Resource: "services"},
+		{Verb: "watch", Resource: "services"},
 		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: "default"},
 		{Verb: "patch", Group: "gateway.networking.k8s.io", Resource: "referencegrants", Namespace: "default"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: systemNamespace},

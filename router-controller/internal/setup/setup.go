@@ -240,7 +240,9 @@ func Scheme() *runtime.Scheme { return app.NewScheme(gatewayv1.Install, gatewayv
 
 // Resources are the kinds the controller reads through its cache: workloads metadata-only,
 // since labels and annotations are all the routes need, optional kinds skipped when their
-// API is not served.
+// API is not served; HTTPRoutes and ReferenceGrants; and the Services the adapter-controller
+// publishes for ModelAdapters (CacheScopes selects them), whose ports the adapters' routes
+// take.
 func Resources(kinds []controller.SourceKind) []syncgate.Resource {
 	var out []syncgate.Resource
 	for _, k := range kinds {
@@ -253,7 +255,19 @@ func Resources(kinds []controller.SourceKind) []syncgate.Resource {
 	return append(out,
 		syncgate.Typed(&gatewayv1.HTTPRoute{}),
 		syncgate.Typed(&gatewayv1beta1.ReferenceGrant{}),
+		syncgate.Typed(&corev1.Service{}),
 	)
+}
+
+// CacheScopes keep the caches small. Routes live in the gateway namespace only; foreign ones
+// there are kept in the cache too, so that a conflict is seen and its removal noticed.
+// Services: only those the adapter-controller publishes for ModelAdapters. Every cache drops
+// managedFields (the shared app's default transform).
+func CacheScopes(gatewayNamespace string) map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&gatewayv1.HTTPRoute{}: {Namespaces: map[string]cache.Config{gatewayNamespace: {}}},
+		&corev1.Service{}:      {Label: controller.AdapterServiceSelector()},
+	}
 }
 
 // Build validates the options, builds the gated manager, declares the caches and sets the
@@ -268,12 +282,8 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 		Controller: ControllerName,
 		Scheme:     Scheme(),
 		RESTConfig: restConfig,
-		ByObject: map[client.Object]cache.ByObject{
-			// Routes live in the gateway namespace only; foreign ones there are kept in the
-			// cache too, so that a conflict is seen and its removal noticed.
-			&gatewayv1.HTTPRoute{}: {Namespaces: map[string]cache.Config{o.GatewayNamespace: {}}},
-		},
-		Transform: stripLastApplied,
+		ByObject:   CacheScopes(o.GatewayNamespace),
+		Transform:  stripLastApplied,
 	})
 	if err != nil {
 		return nil, err

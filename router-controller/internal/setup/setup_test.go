@@ -79,8 +79,8 @@ func TestFlags(t *testing.T) {
 	if diff := cmp.Diff(wantKinds, kinds); diff != "" {
 		t.Errorf("source kinds (-want +got):\n%s", diff)
 	}
-	if n := len(Resources(kinds)); n != len(kinds)+2 {
-		t.Errorf("Resources declares %d resources, want %d (sources, HTTPRoute, ReferenceGrant)", n, len(kinds)+2)
+	if n := len(Resources(kinds)); n != len(kinds)+3 {
+		t.Errorf("Resources declares %d resources, want %d (sources, HTTPRoute, ReferenceGrant, Service)", n, len(kinds)+3)
 	}
 	for _, r := range Resources(kinds)[3:5] {
 		if !r.Optional {

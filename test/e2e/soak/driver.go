@@ -52,7 +52,7 @@ var metricsURL = map[string]string{
 var slowPaths = map[string][]string{
 	"adapter-controller": {"/apis/model.aibrix.ai/v1alpha1/modeladapters", "/api/v1/pods", "/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"},
 	"router-controller": {"/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets", "/apis/gateway.networking.k8s.io/v1/httproutes",
-		"/apis/gateway.networking.k8s.io/v1beta1/referencegrants", "/apis/model.aibrix.ai/v1alpha1/modeladapters"},
+		"/apis/gateway.networking.k8s.io/v1beta1/referencegrants", "/apis/model.aibrix.ai/v1alpha1/modeladapters", "/api/v1/services"},
 }
 
 // driver makes the changes and injects the faults.

@@ -85,6 +85,7 @@ func TestBadWorkloadInput(t *testing.T) {
 		{name: "port-high", labels: modelLabels("port-high-"+ns, portKey, "70000"), wantPaths: 11, warning: `value "70000" is out of range 1-65535; using 8000`},
 		{name: "path-space", labels: modelLabels("path-space-" + ns), annotations: map[string]string{pathsKey: "/with space,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/with space"`},
 		{name: "path-dup", labels: modelLabels("path-dup-" + ns), annotations: map[string]string{pathsKey: "/a,/a, /a ,/a/"}, wantPaths: 13},
+		{name: "path-admin", labels: modelLabels("path-admin-" + ns), annotations: map[string]string{pathsKey: "/V1/Load_LoRA_Adapter/,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/V1/Load_LoRA_Adapter/" in annotation model.aibrix.ai/model-router-custom-paths: it would let gateway clients reach vLLM's endpoint /v1/load_lora_adapter`},
 		{name: "path-relative", labels: modelLabels("path-rel-" + ns), annotations: map[string]string{pathsKey: "v1/chat"}, wantPaths: 11, warning: `Ignoring custom path "v1/chat"`},
 		{name: "path-200", labels: modelLabels("path-200-" + ns), annotations: map[string]string{pathsKey: strings.Join(many, ",")}, wantPaths: 75, warning: "Ignoring 136 custom paths"},
 	}

@@ -20,6 +20,17 @@
 // event; values that would make the route invalid (a Service that is not a DNS-1035 label, a
 // model name that cannot be a header value) exclude the source, also with a problem.
 //
+// # Engine endpoints stay inside the cluster
+//
+// A custom path that would forward an engine's adapter or admin endpoint through the gateway
+// is dropped with a problem: the endpoints are listed per engine (vLLM, SGLang, AIBrix's
+// runtime sidecar) in EngineAdminEndpoints, and ReachesEngineAdmin refuses a path prefix that
+// equals one, lies below one, or is a path-segment prefix of one ("/", "/v1"; a PathPrefix
+// match forwards everything under it), compared case-insensitively, without trailing
+// slashes, after decoding percent-encoded unreserved characters and resolving dot segments.
+// Otherwise any workload owner could load adapters onto, or put to sleep, engines shared with
+// other teams.
+//
 // # Routes
 //
 // One HTTPRoute per model name, named by RouteName, in the gateway namespace. Each path prefix

@@ -134,7 +134,8 @@ func capitalize(s string) string {
 }
 
 // parseCustomPaths splits the custom-paths annotation. Entries are trimmed, empty ones
-// dropped, invalid ones dropped with a problem, duplicates merged, and at most MaxCustomPaths
+// dropped, invalid ones and those that reach an engine's adapter or admin endpoints
+// (ReachesEngineAdmin) dropped with a problem, duplicates merged, and at most MaxCustomPaths
 // kept (in annotation order). The result is sorted.
 func parseCustomPaths(value string) (paths, problems []string) {
 	seen := map[string]bool{}
@@ -147,6 +148,11 @@ func parseCustomPaths(value string) (paths, problems []string) {
 		if err := ValidatePath(p); err != nil {
 			problems = append(problems, fmt.Sprintf("Ignoring custom path %q in annotation %s: %v",
 				text.Truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, err))
+			continue
+		}
+		if engine, endpoint, reaches := ReachesEngineAdmin(p); reaches {
+			problems = append(problems, fmt.Sprintf("Ignoring custom path %q in annotation %s: it would let gateway clients reach %s's endpoint %s, an engine adapter or admin endpoint",
+				text.Truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, engine, endpoint))
 			continue
 		}
 		seen[p] = true

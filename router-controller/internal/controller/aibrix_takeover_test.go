@@ -38,7 +38,8 @@ const (
 	qwenRoute = "qwen2-5-7b-9d7101d42cd9-router"
 )
 
-// createFixture creates a rendered AIBrix object as out (a typed object) and returns it.
+// createFixture creates a rendered AIBrix object as out (a typed object) and returns it,
+// written under the field manager of AIBrix's controller-manager.
 func createFixture[T client.Object](t *testing.T, u *unstructured.Unstructured, err error, out T) T {
 	t.Helper()
 	if err != nil {
@@ -47,7 +48,7 @@ func createFixture[T client.Object](t *testing.T, u *unstructured.Unstructured, 
 	if err := aibrixfixture.To(u, out); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(context.Background(), out); err != nil {
+	if err := k8s.Create(context.Background(), out, client.FieldOwner(aibrixfixture.FieldManager)); err != nil {
 		t.Fatalf("creating %T %s/%s: %v", out, out.GetNamespace(), out.GetName(), err)
 	}
 	return out
@@ -250,8 +251,12 @@ func TestAIBrixRouteAndGrantTakenOver(t *testing.T) {
 	if err := checkShape(route, gw, qwenModel, routes.DefaultPaths); err != nil {
 		t.Errorf("adopted route: %v", err)
 	}
-	if e := waitEvent(t, ns, "qwen", controller.ReasonRouteAdopted); e.Type != "Normal" || !strings.Contains(e.Note, qwenRoute) {
-		t.Errorf("RouteAdopted event: %s %q", e.Type, e.Note)
+	// The event says what adoption changed: here only loraplane's labels and annotations,
+	// AIBrix's paths, backend and timeout being the router's.
+	if e := waitEvent(t, ns, "qwen", controller.ReasonRouteAdopted); e.Type != "Normal" || !strings.Contains(e.Note, qwenRoute) ||
+		!strings.Contains(e.Note, "labels added: app.kubernetes.io/managed-by=loraplane-router-controller") ||
+		strings.Contains(e.Note, "paths") || strings.Contains(e.Note, "backends") || strings.Contains(e.Note, "timeout") {
+		t.Errorf("RouteAdopted event: %s %q, want a Normal event naming the route and the labels added, nothing else of its routing", e.Type, e.Note)
 	}
 	if n := takeOvers(t, "httproute") - routesBefore; n != 1 {
 		t.Errorf("loraplane_aibrix_takeovers_total{object=httproute} grew by %v, want 1", n)

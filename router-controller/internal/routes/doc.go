@@ -40,6 +40,14 @@
 // object, and every field the API server would default is set explicitly, so a stored route can
 // be compared with a built one without spurious differences.
 //
+// # Taking over from AIBrix
+//
+// AIBrixRouteShape and AIBrixGrantShape recognise the routes and grants AIBrix's model router
+// made, exactly as it writes them, so that only those are adopted or retired; each refusal
+// comes with a reason for an event. ForeignManager recognises the marks of anything else
+// that keeps an object (Helm, Argo CD, Flux, kubectl, another field manager), which would
+// write it back. AdoptionChanges says what adopting a route changes.
+//
 // # Gateway API limits
 //
 // The limits below come from the v1.6.3 HTTPRoute and ReferenceGrant CRDs

@@ -33,6 +33,12 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"join": strings.Join,
 }).ParseFS(objects, "objects/*.yaml"))
 
+// FieldManager is the field manager of AIBrix's controller-manager: the API server names the
+// manager of a write after the client's user agent, whose program name is that of AIBrix's
+// binary, /manager (build/container/Dockerfile; cmd/controllers sets no user agent). Create
+// the objects with client.FieldOwner(FieldManager) so that their managedFields are AIBrix's.
+const FieldManager = "manager"
+
 // DefaultPaths are the path prefixes of AIBrix's model routes, in its order.
 var DefaultPaths = []string{
 	"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
@@ -57,6 +63,10 @@ type Route struct {
 	Gateway          string
 	// ConsoleManaged: the workload was made by AIBrix Console.
 	ConsoleManaged bool
+	// Timeout is the rule's request timeout, "<AIBRIX_GATEWAY_TIMEOUT_SECONDS>s"; it defaults
+	// to "120s", the default of the AIBrix sources this fixture follows (those after August
+	// 2026 default to 600).
+	Timeout string
 }
 
 // Grant describes the ReferenceGrant AIBrix's model router makes in a workload namespace.
@@ -111,6 +121,7 @@ func HTTPRoute(r Route) (*unstructured.Unstructured, error) {
 	if r.Port == 0 {
 		r.Port = 8000
 	}
+	r.Timeout = or(r.Timeout, "120s")
 	return render("httproute.yaml", r)
 }
 

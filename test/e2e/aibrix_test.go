@@ -55,7 +55,9 @@ func fixture(ctx context.Context, t *testing.T, u *unstructured.Unstructured, er
 	if err := aibrixfixture.To(u, out); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(ctx, out); err != nil {
+	// Written under the field manager of AIBrix's controller-manager, as AIBrix writes them:
+	// the router adopts no route and retires no grant that another manager wrote.
+	if err := k8s.Create(ctx, out, client.FieldOwner(aibrixfixture.FieldManager)); err != nil {
 		t.Fatalf("creating %T %s: %v", out, out.GetName(), err)
 	}
 	return out

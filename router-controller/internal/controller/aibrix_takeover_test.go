@@ -38,7 +38,8 @@ const (
 	qwenRoute = "qwen2-5-7b-9d7101d42cd9-router"
 )
 
-// createFixture creates a rendered AIBrix object as out (a typed object) and returns it.
+// createFixture creates a rendered AIBrix object as out (a typed object) and returns it,
+// written under the field manager of AIBrix's controller-manager.
 func createFixture[T client.Object](t *testing.T, u *unstructured.Unstructured, err error, out T) T {
 	t.Helper()
 	if err != nil {
@@ -47,7 +48,7 @@ func createFixture[T client.Object](t *testing.T, u *unstructured.Unstructured, 
 	if err := aibrixfixture.To(u, out); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(context.Background(), out); err != nil {
+	if err := k8s.Create(context.Background(), out, client.FieldOwner(aibrixfixture.FieldManager)); err != nil {
 		t.Fatalf("creating %T %s/%s: %v", out, out.GetNamespace(), out.GetName(), err)
 	}
 	return out
@@ -250,8 +251,12 @@ func TestAIBrixRouteAndGrantTakenOver(t *testing.T) {
 	if err := checkShape(route, gw, qwenModel, routes.DefaultPaths); err != nil {
 		t.Errorf("adopted route: %v", err)
 	}
-	if e := waitEvent(t, ns, "qwen", controller.ReasonRouteAdopted); e.Type != "Normal" || !strings.Contains(e.Note, qwenRoute) {
-		t.Errorf("RouteAdopted event: %s %q", e.Type, e.Note)
+	// The event says what adoption changed: here only loraplane's labels and annotations,
+	// AIBrix's paths, backend and timeout being the router's.
+	if e := waitEvent(t, ns, "qwen", controller.ReasonRouteAdopted); e.Type != "Normal" || !strings.Contains(e.Note, qwenRoute) ||
+		!strings.Contains(e.Note, "labels added: app.kubernetes.io/managed-by=loraplane-router-controller") ||
+		strings.Contains(e.Note, "paths") || strings.Contains(e.Note, "backends") || strings.Contains(e.Note, "timeout") {
+		t.Errorf("RouteAdopted event: %s %q, want a Normal event naming the route and the labels added, nothing else of its routing", e.Type, e.Note)
 	}
 	if n := takeOvers(t, "httproute") - routesBefore; n != 1 {
 		t.Errorf("loraplane_aibrix_takeovers_total{object=httproute} grew by %v, want 1", n)
@@ -295,8 +300,9 @@ func TestAIBrixRouteAndGrantTakenOver(t *testing.T) {
 
 // TestAIBrixGrantKeptForForeignRoutes: AIBrix's grant stays while a route loraplane does
 // not manage (here one of another Gateway) sends to a Service of the namespace that
-// loraplane's grants do not admit: a Warning event on the grant and
-// loraplane_aibrix_grants_kept say so. Once that route is gone, the grant is deleted.
+// loraplane's grants do not admit, as a backend or as the target of a RequestMirror filter:
+// a Warning event on the grant and loraplane_aibrix_grants_kept say so. Once those routes
+// are gone, the grant is deleted.
 func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 	needEnv(t)
 	gw, ns := newNamespace(t, "gw"), newNamespace(t, "src")
@@ -306,6 +312,22 @@ func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 	u, err = aibrixfixture.HTTPRoute(aibrixfixture.Route{Name: "legacy-app", Model: "legacy-app", Namespace: ns, Service: "legacy-app",
 		GatewayNamespace: gw, Gateway: "internal"})
 	foreign := createFixture(t, u, err, &gatewayv1.HTTPRoute{})
+	// A route whose backend is in the gateway namespace, mirroring its requests to ns.
+	u, err = aibrixfixture.HTTPRoute(aibrixfixture.Route{Name: "mirror-app", Model: "mirror-app", Namespace: gw, Service: "mirror-app",
+		GatewayNamespace: gw, Gateway: "internal"})
+	mirror := &gatewayv1.HTTPRoute{}
+	if err == nil {
+		err = aibrixfixture.To(u, mirror)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror.Spec.Rules[0].Filters = []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestMirror,
+		RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{BackendRef: gatewayv1.BackendObjectReference{
+			Name: "shadow", Namespace: ptr.To(gatewayv1.Namespace(ns)), Port: ptr.To[gatewayv1.PortNumber](8000)}}}}
+	if err := k8s.Create(context.Background(), mirror); err != nil {
+		t.Fatal(err)
+	}
 	u, err = aibrixfixture.ReferenceGrant(aibrixfixture.Grant{Namespace: ns, GatewayNamespace: gw})
 	aibrixGrant := createFixture(t, u, err, &gatewayv1beta1.ReferenceGrant{})
 
@@ -318,8 +340,8 @@ func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 	})
 	waitGrant(t, gw, ns, "qwen")
 	e := waitEvent(t, ns, aibrixGrant.Name, controller.ReasonAIBrixGrantKept)
-	if e.Type != "Warning" || !strings.Contains(e.Note, "legacy-app (HTTPRoute legacy-app)") {
-		t.Errorf("AIBrixGrantKept event: %s %q, want a Warning naming the Service and the route", e.Type, e.Note)
+	if e.Type != "Warning" || !strings.Contains(e.Note, "legacy-app (HTTPRoute legacy-app)") || !strings.Contains(e.Note, "shadow (HTTPRoute mirror-app)") {
+		t.Errorf("AIBrixGrantKept event: %s %q, want a Warning naming the Services and the routes, the mirrored one too", e.Type, e.Note)
 	}
 	eventually(t, "loraplane_aibrix_grants_kept = 1", func() error {
 		if v, _ := gaugeValue(t, "loraplane_aibrix_grants_kept", nil); v != 1 {
@@ -332,6 +354,7 @@ func TestAIBrixGrantKeptForForeignRoutes(t *testing.T) {
 	}
 
 	deleteObject(t, foreign)
+	deleteObject(t, mirror)
 	eventually(t, "AIBrix's ReferenceGrant deleted once no foreign route needs it", func() error {
 		if g := getGrant(t, ns, aibrixGrant.Name); g != nil {
 			return fmt.Errorf("still there")

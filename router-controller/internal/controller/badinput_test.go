@@ -53,7 +53,8 @@ func warnings(ctx context.Context, t *testing.T, ns, name string) []string {
 
 // TestBadWorkloadInput: workloads with hostile model names, port labels and custom paths
 // end in a route the HTTPRoute CRD accepts or in a Warning event on the workload, and the
-// router then stops writing (no retry loop on a route the API server rejects).
+// router then stops writing (no retry loop on a route the API server rejects). A non-ASCII
+// model name is routed: the standard channel's CRD, installed here, admits it.
 func TestBadWorkloadInput(t *testing.T) {
 	needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -77,7 +78,9 @@ func TestBadWorkloadInput(t *testing.T) {
 		{name: "slash", model: "org/model", warning: `Service name "org/model" for model "org/model" is not a valid Service name`},
 		{name: "upper", labels: modelLabels("UPPER"), warning: `Service name "UPPER" for model "UPPER" is not a valid Service name`},
 		{name: "long", model: strings.Repeat("m", 300), warning: "is not a valid Service name"},
-		{name: "unicode", model: "модель-模型-🦙", warning: "cannot be routed: must be printable US-ASCII"},
+		{name: "unicode", model: "модель-模型-🦙", warning: `Service name "модель-模型-🦙" for model "модель-模型-🦙" is not a valid Service name`},
+		{name: "unicode-svc", model: "模型", annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
+		{name: "control", model: "模型\u0085", annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, warning: "cannot be routed: must not contain control characters"},
 		{name: "slash-svc", model: "org/model-" + ns, annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
 		{name: "long-svc", model: strings.Repeat("n", 300), annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
 		{name: "port-abc", labels: modelLabels("port-abc-"+ns, portKey, "abc"), wantPaths: 11, warning: `value "abc" is not a decimal number; using 8000`},
@@ -85,6 +88,7 @@ func TestBadWorkloadInput(t *testing.T) {
 		{name: "port-high", labels: modelLabels("port-high-"+ns, portKey, "70000"), wantPaths: 11, warning: `value "70000" is out of range 1-65535; using 8000`},
 		{name: "path-space", labels: modelLabels("path-space-" + ns), annotations: map[string]string{pathsKey: "/with space,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/with space"`},
 		{name: "path-dup", labels: modelLabels("path-dup-" + ns), annotations: map[string]string{pathsKey: "/a,/a, /a ,/a/"}, wantPaths: 13},
+		{name: "path-admin", labels: modelLabels("path-admin-" + ns), annotations: map[string]string{pathsKey: "/V1/Load_LoRA_Adapter/,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/V1/Load_LoRA_Adapter/" in annotation model.aibrix.ai/model-router-custom-paths: it would let gateway clients reach vLLM's endpoint /v1/load_lora_adapter`},
 		{name: "path-relative", labels: modelLabels("path-rel-" + ns), annotations: map[string]string{pathsKey: "v1/chat"}, wantPaths: 11, warning: `Ignoring custom path "v1/chat"`},
 		{name: "path-200", labels: modelLabels("path-200-" + ns), annotations: map[string]string{pathsKey: strings.Join(many, ",")}, wantPaths: 75, warning: "Ignoring 136 custom paths"},
 	}

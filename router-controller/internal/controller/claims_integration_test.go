@@ -245,8 +245,9 @@ func TestGrantBeforeRoute(t *testing.T) {
 	waitRoute(t, gw, model, wantBackends(fmt.Sprintf("0:%s/%s:8000", ns1, model)))
 	createDeployment(t, ns1, "b", modelLabels(model), map[string]string{svcKey: "second-svc"})
 	createDeployment(t, ns2, "c", modelLabels(model), nil)
-	waitRoute(t, gw, model, wantBackends(fmt.Sprintf("0:%s/%s:8000", ns1, model), fmt.Sprintf("0:%s/second-svc:8000", ns1),
-		fmt.Sprintf("0:%s/%s:8000", ns2, model)))
+	grown := []string{fmt.Sprintf("0:%s/%s:8000", ns1, model), fmt.Sprintf("0:%s/second-svc:8000", ns1), fmt.Sprintf("0:%s/%s:8000", ns2, model)}
+	slices.Sort(grown)
+	waitRoute(t, gw, model, wantBackends(grown...))
 	time.Sleep(time.Second)
 	cancel()
 

@@ -3,12 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -75,8 +77,8 @@ const (
 	// sourceIndex indexes workloads by modelIndexValue(model), routeIndexValue(RouteName(model))
 	// and routeIndexValue(LegacyRouteName(model)) of the model they claim.
 	sourceIndex = "loraplane.io/routing"
-	// routeBackendIndex indexes HTTPRoutes, ours or not, by the namespaces of their Service
-	// backends.
+	// routeBackendIndex indexes HTTPRoutes, ours or not, by the namespaces of the Services
+	// they send or mirror requests to (serviceRefs).
 	routeBackendIndex = "loraplane.io/backend-namespace"
 )
 
@@ -100,45 +102,67 @@ func sourceIndexValues(kind string) client.IndexerFunc {
 }
 
 // routeBackendNamespaces is the indexer of routeBackendIndex: the sorted distinct namespaces
-// of the Service backends of a route.
+// of the Services a route refers to (serviceRefs).
 func routeBackendNamespaces(obj client.Object) []string {
 	route, ok := obj.(*gatewayv1.HTTPRoute)
 	if !ok {
 		return nil
 	}
 	var out []string
-	for _, rule := range route.Spec.Rules {
-		for _, ref := range rule.BackendRefs {
-			if !isServiceRef(ref.BackendObjectReference) {
-				continue
-			}
-			ns := route.Namespace
-			if ref.Namespace != nil {
-				ns = string(*ref.Namespace)
-			}
-			out = append(out, ns)
+	for ref := range serviceRefs(route) {
+		out = append(out, ref.Namespace)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// routedServices returns the sorted distinct Services in namespace that route refers to
+// (serviceRefs).
+func routedServices(route *gatewayv1.HTTPRoute, namespace string) []string {
+	var out []string
+	for ref := range serviceRefs(route) {
+		if ref.Namespace == namespace {
+			out = append(out, ref.Name)
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
 
-// routedServices returns the sorted distinct Services in namespace that route sends to.
-func routedServices(route *gatewayv1.HTTPRoute, namespace string) []string {
-	var out []string
-	for _, rule := range route.Spec.Rules {
-		for _, ref := range rule.BackendRefs {
-			ns := route.Namespace
-			if ref.Namespace != nil {
-				ns = string(*ref.Namespace)
+// serviceRef is a Service a route refers to.
+type serviceRef struct{ Namespace, Name string }
+
+// serviceRefs yields every Service route refers to across namespaces' boundaries as far as
+// a ReferenceGrant is concerned: its backends and the targets of its RequestMirror filters,
+// of a rule or of a backend, the route's namespace being the default. Mirrored requests
+// need a grant as much as routed ones.
+func serviceRefs(route *gatewayv1.HTTPRoute) iter.Seq[serviceRef] {
+	return func(yield func(serviceRef) bool) {
+		emit := func(ref gatewayv1.BackendObjectReference) bool {
+			if !isServiceRef(ref) {
+				return true
 			}
-			if isServiceRef(ref.BackendObjectReference) && ns == namespace {
-				out = append(out, string(ref.Name))
+			return yield(serviceRef{Namespace: string(ptr.Deref(ref.Namespace, gatewayv1.Namespace(route.Namespace))), Name: string(ref.Name)})
+		}
+		mirrors := func(filters []gatewayv1.HTTPRouteFilter) bool {
+			for _, f := range filters {
+				if f.RequestMirror != nil && !emit(f.RequestMirror.BackendRef) {
+					return false
+				}
+			}
+			return true
+		}
+		for _, rule := range route.Spec.Rules {
+			if !mirrors(rule.Filters) {
+				return
+			}
+			for _, ref := range rule.BackendRefs {
+				if !emit(ref.BackendObjectReference) || !mirrors(ref.Filters) {
+					return
+				}
 			}
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 func isServiceRef(ref gatewayv1.BackendObjectReference) bool {

@@ -134,3 +134,39 @@ func TestKeyString(t *testing.T) {
 		t.Error("a model key equals a grants key of the same name")
 	}
 }
+
+// mirrorTo is a RequestMirror filter to the Service name, in ns when ns is not nil.
+func mirrorTo(ns *string, name string) gatewayv1.HTTPRouteFilter {
+	ref := gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name), Port: ptr.To[gatewayv1.PortNumber](8000)}
+	if ns != nil {
+		ref.Namespace = ptr.To(gatewayv1.Namespace(*ns))
+	}
+	return gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{BackendRef: ref}}
+}
+
+// TestRouteBackendsIncludeMirrors: a Service that a route mirrors requests to (a RequestMirror
+// filter of a rule or of a backendRef) needs a ReferenceGrant as much as a backend does, so
+// it counts for the index and for routedServices, the route's namespace being the default.
+func TestRouteBackendsIncludeMirrors(t *testing.T) {
+	backend := backendRef(ptr.To("a"), "svc", nil)
+	backend.Filters = []gatewayv1.HTTPRouteFilter{mirrorTo(ptr.To("c"), "shadow-c")}
+	route := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "gw", Name: "foreign"},
+		Spec: gatewayv1.HTTPRouteSpec{Rules: []gatewayv1.HTTPRouteRule{{
+			Filters: []gatewayv1.HTTPRouteFilter{
+				mirrorTo(ptr.To("b"), "shadow-b"),
+				mirrorTo(nil, "shadow-gw"),
+				{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{}},
+			},
+			BackendRefs: []gatewayv1.HTTPBackendRef{backend},
+		}}},
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c", "gw"}, routeBackendNamespaces(route)); diff != "" {
+		t.Errorf("backend namespaces (-want +got):\n%s", diff)
+	}
+	for ns, want := range map[string][]string{"a": {"svc"}, "b": {"shadow-b"}, "c": {"shadow-c"}, "gw": {"shadow-gw"}} {
+		if diff := cmp.Diff(want, routedServices(route, ns)); diff != "" {
+			t.Errorf("services in %s (-want +got):\n%s", ns, diff)
+		}
+	}
+}

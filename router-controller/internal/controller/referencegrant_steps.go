@@ -127,10 +127,17 @@ func (r *RouteReconciler) writeGrants(ctx context.Context, namespace string, ser
 // not: no route loses its reference. A Service only routes we do not manage send to, and
 // ours do not admit, keeps AIBrix's grant (a Warning event on it, counted in
 // loraplane_aibrix_grants_kept); one of our routes whose grant is being written waits for
-// that write. Not while AIBrix's controllers run: its model router would make it again.
+// that write. Not while AIBrix's controllers run: its model router would make it again. A
+// grant of that name that is not AIBrix's (routes.AIBrixGrantShape: Helm or a GitOps tool
+// keeps it, say) is never deleted, and reported once (NotAIBrixGrant).
 func (r *RouteReconciler) retireAIBrixGrant(ctx context.Context, namespace string, g *gatewayv1beta1.ReferenceGrant, ours []*gatewayv1beta1.ReferenceGrant) error {
-	if g == nil || !r.cfg.AdoptAIBrix || !routes.IsAIBrixGrant(r.cfg.Routes, g) || g.DeletionTimestamp != nil {
+	if g == nil || !r.cfg.AdoptAIBrix || g.DeletionTimestamp != nil {
 		r.keptGrants.set(namespace, "")
+		return nil
+	}
+	if ok, why := routes.AIBrixGrantShape(r.cfg.Routes, g); !ok {
+		r.keptGrants.set(namespace, "")
+		r.reportNotAIBrixGrant(ctx, g, why)
 		return nil
 	}
 	admitted := map[string]bool{}

@@ -147,6 +147,10 @@ type RouteReconciler struct {
 
 	activeOnce sync.Once
 	active     []sourceKind
+
+	// notAIBrixGrants: grants named as AIBrix names its grants that are not AIBrix's, and
+	// why, reported once.
+	notAIBrixGrants reportedOnce
 }
 
 var _ reconcile.TypedReconciler[Key] = (*RouteReconciler)(nil)

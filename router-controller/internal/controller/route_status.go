@@ -60,6 +60,10 @@ const (
 	// loraplane does not manage send to Services its grants do not admit (Warning, on
 	// that grant).
 	ReasonAIBrixGrantKept = "AIBrixGrantKept"
+	// ReasonNotAIBrixGrant: a ReferenceGrant named as AIBrix's model router names its grants
+	// is not one AIBrix made (another manager keeps it, or its shape differs), so it is never
+	// deleted (Warning, on that grant).
+	ReasonNotAIBrixGrant = "NotAIBrixGrant"
 )
 
 // Event actions (events.k8s.io/v1 requires one).

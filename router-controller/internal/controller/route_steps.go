@@ -182,10 +182,10 @@ func (r *RouteReconciler) applyRoute(ctx context.Context, m *modelRoutes) error 
 		return r.updateRoute(ctx, m)
 	case routes.OwnershipOf(r.cfg.Routes, existing) == routes.Mine:
 		return r.updateRoute(ctx, m)
-	case r.cfg.AdoptAIBrix && routes.IsAIBrixRoute(r.cfg.Routes, m.model, existing):
-		return r.adoptRoute(ctx, m)
+	case r.cfg.AdoptAIBrix:
+		return r.adoptOrReport(ctx, m)
 	default:
-		return r.reportConflict(ctx, m, fmt.Sprintf("it is not managed by loraplane (label %s=%s missing)", routes.ManagedByLabel, routes.ManagedByValue))
+		return r.reportConflict(ctx, m, notManaged)
 	}
 }
 
@@ -274,7 +274,8 @@ func (r *RouteReconciler) adoptRoute(ctx context.Context, m *modelRoutes) error 
 	r.states.owned(m.model)
 	r.states.newlyRouted(m.model, m.live, m.sources)
 	r.eventOnSources(m.live, updated, corev1.EventTypeNormal, ReasonRouteAdopted, ActionUpdate,
-		"Adopted HTTPRoute %s/%s, made by AIBrix's model router, for model %q", existing.Namespace, existing.Name, m.model)
+		"Adopted HTTPRoute %s/%s, made by AIBrix's model router, for model %q: %s", existing.Namespace, existing.Name, m.model,
+		adoptionChanges(existing, updated))
 	return nil
 }
 

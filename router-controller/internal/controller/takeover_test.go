@@ -401,6 +401,15 @@ func TestRetireAIBrixGrant(t *testing.T) {
 				g.Spec.To[0].Name = ptr.To(gatewayv1.ObjectName("qwen"))
 				return []client.Object{ours, grantObj(t, "qwen"), g}
 			}(),
+			wantEvents: []string{"Warning NotAIBrixGrant"},
+		},
+		"kept by Helm: never deleted, reported": {
+			objs: func() []client.Object {
+				g := aibrixGrant()
+				g.Annotations = map[string]string{"meta.helm.sh/release-name": "aibrix"}
+				return []client.Object{ours, grantObj(t, "qwen"), g}
+			}(),
+			wantEvents: []string{"Warning NotAIBrixGrant Not deleting this ReferenceGrant, although AIBrix's model router names its grants so: it was written by a Helm release"},
 		},
 	}
 	for name, tc := range cases {

@@ -3,6 +3,7 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -153,4 +154,15 @@ func (c Config) Install() string {
 		return DefaultInstallID
 	}
 	return c.InstallID
+}
+
+// durationPattern is the pattern of the Gateway API Duration type (GEP-2257).
+var durationPattern = regexp.MustCompile(`^([0-9]{1,5}(h|m|s|ms)){1,4}$`)
+
+// parseDuration reads a Gateway API Duration such as "120s" or "1h30m".
+func parseDuration(s string) (time.Duration, error) {
+	if !durationPattern.MatchString(s) {
+		return 0, errors.New("not a Gateway API duration (GEP-2257)")
+	}
+	return time.ParseDuration(s)
 }

@@ -25,6 +25,17 @@
 // event; values that would make the route invalid (a Service that is not a DNS-1035 label, a
 // model name that cannot be a header value) exclude the source, also with a problem.
 //
+// # Engine endpoints stay inside the cluster
+//
+// A custom path that would forward an engine's adapter or admin endpoint through the gateway
+// is dropped with a problem: the endpoints are listed per engine (vLLM, SGLang, AIBrix's
+// runtime sidecar) in EngineAdminEndpoints, and ReachesEngineAdmin refuses a path prefix that
+// equals one, lies below one, or is a path-segment prefix of one ("/", "/v1"; a PathPrefix
+// match forwards everything under it), compared case-insensitively, without trailing
+// slashes, after decoding percent-encoded unreserved characters and resolving dot segments.
+// Otherwise any workload owner could load adapters onto, or put to sleep, engines shared with
+// other teams.
+//
 // # Routes
 //
 // One HTTPRoute per model name, named by RouteName, in the gateway namespace. Each path prefix
@@ -33,6 +44,14 @@
 // (namespace, Service, port). Output is canonical: sources given in any order produce the same
 // object, and every field the API server would default is set explicitly, so a stored route can
 // be compared with a built one without spurious differences.
+//
+// # Taking over from AIBrix
+//
+// AIBrixRouteShape and AIBrixGrantShape recognise the routes and grants AIBrix's model router
+// made, exactly as it writes them, so that only those are adopted or retired; each refusal
+// comes with a reason for an event. ForeignManager recognises the marks of anything else
+// that keeps an object (Helm, Argo CD, Flux, kubectl, another field manager), which would
+// write it back. AdoptionChanges says what adopting a route changes.
 //
 // # Gateway API limits
 //

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -160,7 +162,8 @@ func capitalize(s string) string {
 }
 
 // parseCustomPaths splits the custom-paths annotation. Entries are trimmed, empty ones
-// dropped, invalid ones dropped with a problem, duplicates merged, and at most MaxCustomPaths
+// dropped, invalid ones and those that reach an engine's adapter or admin endpoints
+// (ReachesEngineAdmin) dropped with a problem, duplicates merged, and at most MaxCustomPaths
 // kept (in annotation order). The result is sorted.
 func parseCustomPaths(value string) (paths, problems []string) {
 	seen := map[string]bool{}
@@ -173,6 +176,11 @@ func parseCustomPaths(value string) (paths, problems []string) {
 		if err := ValidatePath(p); err != nil {
 			problems = append(problems, fmt.Sprintf("Ignoring custom path %q in annotation %s: %v",
 				text.Truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, err))
+			continue
+		}
+		if engine, endpoint, reaches := ReachesEngineAdmin(p); reaches {
+			problems = append(problems, fmt.Sprintf("Ignoring custom path %q in annotation %s: it would let gateway clients reach %s's endpoint %s, an engine adapter or admin endpoint",
+				text.Truncate(p, 80), modelv1alpha1.CustomPathsAnnotation, engine, endpoint))
 			continue
 		}
 		seen[p] = true
@@ -217,22 +225,38 @@ func ValidatePath(p string) error {
 	return nil
 }
 
-// headerValue is the HTTPRoute header value pattern of the experimental channel: printable
-// US-ASCII, optionally separated by single spaces or tabs (RFC 7230). The standard channel
-// only limits length; requiring the pattern keeps routes valid on both channels and avoids
-// model names no HTTP client can send.
-var headerValue = regexp.MustCompile(`^[!-~]+([\t ]?[!-~]+)*$`)
-
 // ValidateModelName checks that a model name can be the value of the route's "model"
-// header match.
+// header match: at most MaxHeaderValueLength bytes of valid UTF-8, without control
+// characters or line and paragraph separators, spaces and tabs only singly between other
+// characters (RFC 9110 field values, which clients and gateways trim).
+//
+// Non-ASCII names (模型) are routed: the standard channel of the v1.6.3 HTTPRoute CRD limits
+// a header match value only in length, AIBrix routes such names, and its gateway plugin sets
+// the header from the request body as it is. The experimental channel's CRD adds the pattern
+// ^[!-~]+([\t ]?[!-~]+)*$ (printable US-ASCII): where it is installed, the API server refuses
+// the route of such a name.
 func ValidateModelName(model string) error {
 	switch {
 	case model == "":
 		return errors.New("must not be empty")
 	case len(model) > MaxHeaderValueLength:
-		return fmt.Errorf("must be at most %d characters", MaxHeaderValueLength)
-	case !headerValue.MatchString(model):
-		return errors.New("must be printable US-ASCII, with single spaces or tabs only between other characters")
+		return fmt.Errorf("must be at most %d bytes", MaxHeaderValueLength)
+	case !utf8.ValidString(model):
+		return errors.New("must be valid UTF-8")
+	}
+	previousBlank := true // a blank at the start is refused like two in a row
+	for _, r := range model {
+		blank := r == ' ' || r == '\t'
+		switch {
+		case blank && previousBlank:
+			return errors.New("must not start or end with a space or tab, nor have two in a row")
+		case !blank && (unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp)):
+			return fmt.Errorf("must not contain control characters or line separators (%U)", r)
+		}
+		previousBlank = blank
+	}
+	if previousBlank {
+		return errors.New("must not start or end with a space or tab, nor have two in a row")
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func TestSourceFromObject(t *testing.T) {
 		},
 		"unicode model name": {
 			kind: "Deployment", obj: deployment(nil, map[string]string{nameKey: "模型", svcKey: "svc"}),
-			wantProblems: []string{`Model name "模型" cannot be routed: must be printable US-ASCII, with single spaces or tabs only between other characters`},
+			want: base("模型", "svc", 8000), wantOK: true,
 		},
 		"model name with single spaces": {
 			kind: "Deployment", obj: deployment(nil, map[string]string{nameKey: "my model v2", svcKey: "svc"}),
@@ -85,11 +85,11 @@ func TestSourceFromObject(t *testing.T) {
 		},
 		"model name with trailing space": {
 			kind: "Deployment", obj: deployment(nil, map[string]string{nameKey: "llama ", svcKey: "svc"}),
-			wantProblems: []string{`Model name "llama " cannot be routed: must be printable US-ASCII, with single spaces or tabs only between other characters`},
+			wantProblems: []string{`Model name "llama " cannot be routed: must not start or end with a space or tab, nor have two in a row`},
 		},
 		"model name too long for a header": {
 			kind: "Deployment", obj: deployment(nil, map[string]string{nameKey: strings.Repeat("m", 4097), svcKey: "svc"}),
-			wantProblems: []string{fmt.Sprintf("Model name %q cannot be routed: must be at most 4096 characters", strings.Repeat("m", 4097))},
+			wantProblems: []string{fmt.Sprintf("Model name %q cannot be routed: must be at most 4096 bytes", strings.Repeat("m", 4097))},
 		},
 		"300 char model name is fine": {
 			kind: "Deployment", obj: deployment(nil, map[string]string{nameKey: strings.Repeat("m", 300), svcKey: "svc"}),
@@ -257,6 +257,49 @@ func TestValidatePath(t *testing.T) {
 			err := ValidatePath(tc.path)
 			if (err != nil) != tc.wantErr {
 				t.Errorf("ValidatePath(%q) = %v, wantErr %v", tc.path, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestValidateModelName: model names are header values: valid UTF-8 (the standard channel
+// of the HTTPRoute CRD admits any, AIBrix routes them) without control characters, spaces
+// and tabs only singly between other characters.
+func TestValidateModelName(t *testing.T) {
+	cases := map[string]struct {
+		model   string
+		wantErr string
+	}{
+		"ASCII":                        {model: "Qwen/Qwen2.5-7B-Instruct"},
+		"CJK":                          {model: "模型"},
+		"Cyrillic, CJK and an emoji":   {model: "модель-模型-🦙"},
+		"single inner space and tab":   {model: "my model\tv2"},
+		"no-break space is a letter":   {model: "a\u00a0b"},
+		"at the length limit":          {model: strings.Repeat("模", 1365)},
+		"beyond the length limit":      {model: strings.Repeat("模", 1366), wantErr: "must be at most 4096 bytes"},
+		"empty":                        {model: "", wantErr: "must not be empty"},
+		"invalid UTF-8":                {model: "m\xff", wantErr: "must be valid UTF-8"},
+		"NUL":                          {model: "m\x00", wantErr: "must not contain control characters"},
+		"newline":                      {model: "a\nb", wantErr: "must not contain control characters"},
+		"DEL":                          {model: "a\x7fb", wantErr: "must not contain control characters"},
+		"C1 control (NEL)":             {model: "a\u0085b", wantErr: "must not contain control characters"},
+		"leading space":                {model: " m", wantErr: "must not start or end with a space or tab"},
+		"trailing tab":                 {model: "m\t", wantErr: "must not start or end with a space or tab"},
+		"two spaces":                   {model: "a  b", wantErr: "nor have two in a row"},
+		"space and tab":                {model: "a \tb", wantErr: "nor have two in a row"},
+		"only a space":                 {model: " ", wantErr: "must not start or end with a space or tab"},
+		"printable ASCII punctuation":  {model: "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"},
+		"unicode line separator":       {model: "a\u2028b", wantErr: "must not contain control characters"},
+		"zero width joiner is allowed": {model: "👩\u200d💻"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := ValidateModelName(tc.model)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("ValidateModelName(%.40q) = %v, want nil", tc.model, err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("ValidateModelName(%.40q) = %v, want an error containing %q", tc.model, err, tc.wantErr)
 			}
 		})
 	}

@@ -158,6 +158,8 @@ func (o *Options) Validate() error {
 	for _, p := range o.RoutePaths {
 		if err := routes.ValidatePath(p); err != nil {
 			errs = append(errs, fmt.Errorf("--route-paths %q: %w", p, err))
+		} else if engine, endpoint, reaches := routes.ReachesEngineAdmin(p); reaches {
+			errs = append(errs, fmt.Errorf("--route-paths %q would let gateway clients reach %s's endpoint %s, an engine adapter or admin endpoint", p, engine, endpoint))
 		}
 	}
 	if n := len(o.RoutePaths); n > routes.MaxMatchesPerRoute {

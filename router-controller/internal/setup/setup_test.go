@@ -98,6 +98,7 @@ func TestValidate(t *testing.T) {
 		"bad gateway name":      {args: []string{"--gateway-name=a..b"}, wantErr: []string{"--gateway-name"}},
 		"empty paths":           {args: []string{"--route-paths= , "}, wantErr: []string{"--route-paths must name at least one"}},
 		"relative path":         {args: []string{"--route-paths=/ok,v1/chat"}, wantErr: []string{`--route-paths "v1/chat"`}},
+		"engine admin path":     {args: []string{"--route-paths=/ok,/V1/"}, wantErr: []string{`--route-paths "/V1/" would let gateway clients reach vLLM's endpoint /v1/load_lora_adapter`}},
 		"negative timeout":      {args: []string{"--route-timeout=-1s"}, wantErr: []string{"--route-timeout"}},
 		"sub-millisecond":       {args: []string{"--route-timeout=1500us"}, wantErr: []string{"--route-timeout"}},
 		"too long timeout":      {args: []string{"--route-timeout=1000000h"}, wantErr: []string{"timeout"}},

@@ -6,10 +6,19 @@
 // # Sources
 //
 // Deployments, StatefulSets and ModelAdapters, plus optional kinds (LeaderWorkerSet,
-// RayClusterFleet, ...) that are skipped when their CRD is absent, all read metadata-only
+// RayClusterFleet, ...) that are skipped while their CRD is absent, all read metadata-only
 // through the sync gate. Each cache carries a field index from the model a workload claims
 // (and that model's route name) to the workload, so a reconcile reads only the workloads of
 // its model.
+//
+// Optional kinds follow their CRDs (optional_kinds.go): every replica asks discovery whether
+// each is served when the gate opens and every Config.KindRecheckPeriod after. A kind that
+// became served is activated through the gate (informer created, field index added, sync
+// waited for with the gate's timeout), then the controller's watch on it starts, enqueuing
+// the model of each of its workloads and of each route of ours naming one; one that is no
+// longer served is deactivated. activeKinds answers from the gate each time (the kinds whose
+// caches are synced now), watchesKind says whether a Kind is among them. Neither change
+// deletes anything by itself.
 //
 // # Keys
 //

@@ -12,6 +12,12 @@
 // when a resource does not sync in time, the gate logs one line per unsynced resource with a
 // classified cause (forbidden, not-found, unreachable, other) and Start returns an error.
 //
+// After the gate opened, an optional resource whose API appeared (a CRD installed later)
+// can be activated (Gate.Activate): sync-then-start for that one informer, with the same
+// timeout and metrics, nothing reading it before it has synced, readiness unaffected; and
+// one whose API went can be deactivated (Gate.Deactivate). The gate does not watch
+// discovery itself: the controller that reads the resource decides when.
+//
 // While the gate is closed /readyz fails and /readyz/<resource> names what is pending and
 // the last list/watch error; liveness is unaffected. Caches are not subject to leader
 // election, so standby replicas sync and become ready too, and fail over warm.

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -56,6 +57,9 @@ type Gate struct {
 	mu        sync.Mutex
 	started   bool
 	resources []*tracked
+	// byGVK holds the resources too, for the informer constructor, which runs under the
+	// cache's lock and so must not take mu (Register holds it while creating informers).
+	byGVK sync.Map // schema.GroupVersionKind -> *tracked
 
 	open    chan struct{}
 	failed  chan struct{}
@@ -95,7 +99,25 @@ func New(opts Options) (*Gate, error) {
 // builds is controller-runtime's, except that WaitForCacheSync follows the gate: the
 // manager's own startup wait, which has no timeout and cannot be interrupted once an
 // informer is stuck, ends when the gate opens or fails instead.
+//
+// Unless opts.NewInformer is set, every informer is built with the watch error handler of
+// its declared resource already in place, so that the list and watch failures of an
+// informer that starts at once (one created after the gate opened, by Activate) are counted
+// and classified too.
 func (g *Gate) NewCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+	if opts.NewInformer == nil {
+		scheme := opts.Scheme
+		opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+			inf := toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+			if gvk, err := apiutil.GVKForObject(obj, scheme); err == nil {
+				if t, ok := g.byGVK.Load(gvk); ok {
+					// Cannot fail: the informer has not started.
+					_ = inf.SetWatchErrorHandlerWithContext(t.(*tracked).onWatchError)
+				}
+			}
+			return inf
+		}
+	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, err
@@ -159,6 +181,7 @@ func (g *Gate) Register(ctx context.Context, resources ...Resource) error {
 			// Expose zero, not absence, so rate() and alerts work from the first scrape.
 			metrics.CacheWatchErrors.WithLabelValues(append(t.labels.Values(), string(reason))...).Add(0)
 		}
+		g.byGVK.Store(gvk, t)
 		log := g.log.WithValues("group", gvk.Group, "version", gvk.Version, "kind", gvk.Kind)
 		switch err := g.register(ctx, t); {
 		case err == nil:
@@ -189,9 +212,9 @@ func (g *Gate) register(ctx context.Context, t *tracked) error {
 	if err != nil {
 		return err
 	}
-	// Informers registered before start get their own error handler, so each failure is
-	// attributed to its resource. One registered late (after a discovery retry) has started
-	// already and keeps the cache's default handler.
+	// The cache's informer constructor (NewCache) gave the informer its resource's error
+	// handler already; this covers a cache built with a constructor of its own, for informers
+	// registered before start. One registered late has started and keeps the handler it has.
 	if s, ok := inf.(interface {
 		SetWatchErrorHandlerWithContext(toolscache.WatchErrorHandlerWithContext) error
 	}); ok {
@@ -342,6 +365,7 @@ func (g *Gate) waitOne(ctx context.Context, t *tracked, start time.Time) {
 	t.markSynced()
 	metrics.CacheSyncDuration.WithLabelValues(t.labels.Values()...).Observe(took.Seconds())
 	metrics.CacheSynced.WithLabelValues(t.labels.Values()...).Set(1)
+	metrics.CacheSkipped.WithLabelValues(t.labels.Values()...).Set(0)
 	g.log.V(2).Info("Cache synced", "group", t.gvk.Group, "version", t.gvk.Version, "kind", t.gvk.Kind, "took", took)
 }
 

@@ -43,7 +43,11 @@ func (m *gatedManager) GetCache() cache.Cache {
 // gateCache is the manager's cache with WaitForCacheSync tied to the gate. Its answer is
 // true once the gate has opened (every declared informer synced) and also once it has
 // failed: the manager then proceeds, sees its context cancelled by the gate and shuts
-// down, instead of spinning in its startup wait forever.
+// down, instead of spinning in its startup wait forever. After the gate opened it does not
+// wait for the cache's informers either: the only ones that can be unsynced then are those
+// of optional resources being activated, which Activate waits for with its own timeout, and
+// which must not hold back a controller that starts meanwhile (a new leader) - its sources
+// would wait on them, up to failing its start.
 type gateCache struct {
 	cache.Cache
 	gate *Gate
@@ -52,7 +56,7 @@ type gateCache struct {
 func (c *gateCache) WaitForCacheSync(ctx context.Context) bool {
 	select {
 	case <-c.gate.open:
-		return c.Cache.WaitForCacheSync(ctx)
+		return true
 	case <-c.gate.failed:
 		return true
 	case <-ctx.Done():
@@ -139,8 +143,11 @@ func (g *Gate) declared(gvk schema.GroupVersionKind, f form) error {
 		if have := formOf(t.res.Object); have != f {
 			return fmt.Errorf("sync gate: %s is declared %s but requested %s", GVKString(gvk), have, f)
 		}
-		if t.isSkipped() {
+		switch t.state() {
+		case stateSkipped:
 			return fmt.Errorf("sync gate: optional resource %s was skipped: its API is not served", GVKString(gvk))
+		case stateActivating:
+			return fmt.Errorf("sync gate: optional resource %s is being activated: its cache has not synced yet", GVKString(gvk))
 		}
 		return nil
 	}

@@ -19,6 +19,9 @@ const (
 	statePending syncState = iota
 	stateSynced
 	stateSkipped
+	// stateActivating: an optional resource whose informer Activate is creating and waiting
+	// for after the gate opened.
+	stateActivating
 )
 
 // tracked is the state of one declared resource.
@@ -62,6 +65,20 @@ func (t *tracked) skip() {
 	metrics.CacheSkipped.WithLabelValues(t.labels.Values()...).Set(1)
 }
 
+// beginActivation moves a skipped resource to stateActivating, with a clean error record,
+// and reports whether it did. loraplane_cache_resource_skipped stays 1 until the informer
+// has synced: an activation that fails (forbidden, say) is not a cache anything waits for.
+func (t *tracked) beginActivation() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.st != stateSkipped {
+		return false
+	}
+	t.st = stateActivating
+	t.last, t.count = nil, 0
+	return true
+}
+
 func (t *tracked) markSynced() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -100,7 +117,9 @@ func (t *tracked) readyCheck(_ *http.Request) error {
 	switch t.st {
 	case stateSynced:
 		return nil
-	case stateSkipped:
+	case stateSkipped, stateActivating:
+		// An optional resource: skipped, or coming up after the gate opened (Activate). The
+		// replica serves every other resource meanwhile, so it stays ready.
 		return nil
 	}
 	if t.last != nil {

@@ -91,13 +91,13 @@ func (r *RouteReconciler) servingRoute(model string, existing, legacy *gatewayv1
 // namespace it does not watch, or a kind it does not watch. Such a route is never deleted
 // or rewritten by this router: the workloads sustaining it may be alive where it cannot
 // look.
-func (r *RouteReconciler) outsideView(ctx context.Context, route *gatewayv1.HTTPRoute) []routes.Scope {
+func (r *RouteReconciler) outsideView(route *gatewayv1.HTTPRoute) []routes.Scope {
 	if route == nil || routes.OwnershipOf(r.cfg.Routes, route) != routes.Mine {
 		return nil
 	}
 	var out []routes.Scope
 	for _, s := range routes.RouteScopes(route) {
-		if !r.watchesNamespace(s.Namespace) || (s.Kind != "" && !r.watchesKind(ctx, s.Kind)) {
+		if !r.watchesNamespace(s.Namespace) || (s.Kind != "" && !r.watchesKind(s.Kind)) {
 			out = append(out, s)
 		}
 	}
@@ -107,12 +107,6 @@ func (r *RouteReconciler) outsideView(ctx context.Context, route *gatewayv1.HTTP
 // watchesNamespace reports whether the router's caches cover namespace.
 func (r *RouteReconciler) watchesNamespace(namespace string) bool {
 	return len(r.cfg.WatchNamespaces) == 0 || slices.Contains(r.cfg.WatchNamespaces, namespace)
-}
-
-// watchesKind reports whether kind (a Kind name) is one of the source kinds the router
-// watches now.
-func (r *RouteReconciler) watchesKind(ctx context.Context, kind string) bool {
-	return slices.ContainsFunc(r.activeKinds(ctx), func(k sourceKind) bool { return k.GVK.Kind == kind })
 }
 
 // keepOutsideView leaves a route of ours that this router cannot fully see as it is, and

@@ -342,3 +342,29 @@ func admittedBy(grants map[string]*gatewayv1beta1.ReferenceGrant, gw, ns, svc st
 	}
 	return false
 }
+
+// TestUnwatchedKindKeepsItsRoute: a replica that does not watch a kind (its
+// --extra-workload-kinds left it out) never deletes a route sustained by workloads of that
+// kind: it reports the route as outside its view.
+func TestUnwatchedKindKeepsItsRoute(t *testing.T) {
+	needEnv(t)
+	installLWS(t)
+	gw, ns := newNamespace(t, "gw"), newNamespace(t, "src")
+	withLWS := startRouter(t, env.Config, gw, []string{ns}, func(o *setup.Options) {
+		o.ExtraWorkloadKinds = []string{"leaderworkerset.x-k8s.io/v1/LeaderWorkerSet"}
+	})
+	model := "lws-" + ns
+	createCustom(t, lwsGVK, ns, "lws-1", modelLabels(model))
+	route := waitRoute(t, gw, model, wantBackends(fmt.Sprintf("0:%s/%s:8000", ns, model)))
+	withLWS.stop()
+
+	startRouter(t, env.Config, gw, []string{ns})
+	waitEvent(t, gw, route.Name, "RouteOutsideView")
+	consistently(t, 2*time.Second, "the LeaderWorkerSet's route", func() error {
+		got := getRoute(t, gw, route.Name)
+		if got == nil || got.UID != route.UID {
+			return fmt.Errorf("deleted by a router that does not watch LeaderWorkerSets")
+		}
+		return nil
+	})
+}

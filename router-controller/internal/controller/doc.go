@@ -6,7 +6,7 @@
 // # Sources
 //
 // Deployments, StatefulSets and ModelAdapters, plus optional kinds (LeaderWorkerSet,
-// RayClusterFleet, ...) that are skipped when their CRD is absent, all read metadata-only
+// RayClusterFleet, ...) that are skipped while their CRD is absent, all read metadata-only
 // through the sync gate. Each cache carries a field index from the model a workload claims
 // (and that model's route name) to the workload, so a reconcile reads only the workloads of
 // its model.
@@ -16,6 +16,15 @@
 // declared through the sync gate like the sources, and a Service created, changed or
 // deleted enqueues its adapter's model. An adapter whose Service is not there yet claims its
 // model but adds no backend.
+//
+// Optional kinds follow their CRDs (optional_kinds.go): every replica asks discovery whether
+// each is served when the gate opens and every Config.KindRecheckPeriod after. A kind that
+// became served is activated through the gate (informer created, field index added, sync
+// waited for with the gate's timeout), then the controller's watch on it starts, enqueuing
+// the model of each of its workloads and of each route of ours naming one; one that is no
+// longer served is deactivated. activeKinds answers from the gate each time (the kinds whose
+// caches are synced now), watchesKind says whether a Kind is among them. Neither change
+// deletes anything by itself.
 //
 // # Keys
 //

@@ -170,8 +170,9 @@ func isServiceRef(ref gatewayv1.BackendObjectReference) bool {
 }
 
 // skippedKind returns why the gate skipped an optional kind (its API is not served), and nil
-// for a kind that has a cache: every required kind, and an optional kind the gate synced. The
-// declared cache refuses skipped kinds without creating informers, so asking is free.
+// for a kind that has a cache: every required kind, and an optional kind the gate registered.
+// The declared cache refuses skipped kinds without creating informers, so asking is free.
+// Setup asks it, before start; afterwards activeKinds asks the gate whether a kind is synced.
 func skippedKind(ctx context.Context, informers informerGetter, k SourceKind) error {
 	if !k.Optional {
 		return nil

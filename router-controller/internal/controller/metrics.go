@@ -3,6 +3,7 @@ package controller
 import (
 	"sync"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	sharedmetrics "github.com/loraplane/loraplane/shared/metrics"
@@ -60,6 +61,11 @@ var (
 	AIBrixGrantsKept = sharedmetrics.NewGaugeVec("aibrix_grants_kept",
 		"Namespaces whose ReferenceGrant made by AIBrix's model router (admitting every Service) is kept, because HTTPRoutes of the gateway namespace that loraplane does not manage send to Services loraplane's grants do not admit.")
 
+	// SourceKindServed says, per source kind, whether its API is served.
+	SourceKindServed = sharedmetrics.NewGaugeVec("source_kind_served",
+		"1 when the API of a source kind is served, 0 when it is not: an optional kind (--extra-workload-kinds) whose CRD is not installed, or does not serve that version. Optional kinds are re-checked periodically and watched while served; the built-in kinds are always 1.",
+		sharedmetrics.LabelGroup, sharedmetrics.LabelVersion, sharedmetrics.LabelKind)
+
 	// RouteReconcileErrors counts failed reconciles by the object being reconciled.
 	RouteReconcileErrors = sharedmetrics.NewCounterVec("route_reconcile_errors_total",
 		"Reconciles of model routes (object=httproute) or of a namespace's ReferenceGrants (object=referencegrant) that ended in an error.",
@@ -72,7 +78,7 @@ var registerOnce sync.Once
 // more than once.
 func Register() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors, AIBrixGrantsKept, RefusedClaims)
+		crmetrics.Registry.MustRegister(Routes, RouteReconcileErrors, AIBrixGrantsKept, RefusedClaims, SourceKindServed)
 		AIBrixGrantsKept.WithLabelValues().Set(0)
 		RefusedClaims.WithLabelValues().Set(0)
 		for _, s := range routeStatesAll {
@@ -82,6 +88,18 @@ func Register() {
 			RouteReconcileErrors.WithLabelValues(string(o))
 		}
 	})
+}
+
+func setSourceKindServed(gvk schema.GroupVersionKind, served bool) {
+	group := gvk.Group
+	if group == "" {
+		group = "core"
+	}
+	v := 0.0
+	if served {
+		v = 1
+	}
+	SourceKindServed.WithLabelValues(group, gvk.Version, gvk.Kind).Set(v)
 }
 
 func recordReconcileError(o ReconcileObject) {

@@ -92,6 +92,16 @@ type Config struct {
 	Routes routes.Config
 	// SourceKinds are the workload kinds read as sources; optional ones may be absent.
 	SourceKinds []SourceKind
+	// Gate is the sync gate, through which optional kinds whose API appears after start
+	// (or goes) are watched (or not any more). Required when SourceKinds has optional kinds.
+	Gate KindGate
+	// Discovery answers whether the API of an optional kind is served. Nil: a discovery
+	// client on the manager's configuration.
+	Discovery Discovery
+	// KindRecheckPeriod is how often discovery is asked whether the optional kinds are
+	// served, so that a CRD installed or deleted after start is followed within it. Zero
+	// means DefaultKindRecheckPeriod.
+	KindRecheckPeriod time.Duration
 	// GrantBatchWindow delays the reconcile of a namespace's ReferenceGrants after an event on
 	// a route or grant, so that the routes written within the window cost one grant write
 	// rather than one each. Zero reconciles at once. See DefaultGrantBatchWindow.
@@ -128,13 +138,16 @@ type Config struct {
 // documentation for the design.
 type RouteReconciler struct {
 	cfg Config
-	// cache reads the declared caches; informers tells which optional kinds were skipped.
-	cache     client.Reader
-	informers informerGetter
-	client    client.Client
-	recorder  events.EventRecorder
-	kinds     []sourceKind
-	states    *routeStates
+	// cache reads the declared caches.
+	cache    client.Reader
+	client   client.Client
+	recorder events.EventRecorder
+	// kinds are every source kind, with whether setup indexed it; which are active (cache
+	// synced) is asked of activeKinds.
+	kinds []sourceKind
+	// optional follows the optional kinds after start; nil when there are none.
+	optional *optionalKinds
+	states   *routeStates
 	// keptGrants: the namespaces whose AIBrix grant is kept, and why.
 	keptGrants *keptGrants
 	// ahead: Services granted ahead of the route writes that need them (grant before route).
@@ -144,9 +157,6 @@ type RouteReconciler struct {
 	queueMu  sync.Mutex
 	queue    workqueue.TypedRateLimitingInterface[Key]
 	gcEvents chan event.TypedGenericEvent[Key]
-
-	activeOnce sync.Once
-	active     []sourceKind
 
 	// notAIBrixGrants: grants named as AIBrix names its grants that are not AIBrix's, and
 	// why, reported once.
@@ -176,18 +186,28 @@ func NewRouteReconciler(c cache.Cache, w client.Client, recorder events.EventRec
 	if cfg.GatewayNamespaceRetry <= 0 {
 		cfg.GatewayNamespaceRetry = DefaultGatewayNamespaceRetry
 	}
+	if cfg.KindRecheckPeriod <= 0 {
+		cfg.KindRecheckPeriod = DefaultKindRecheckPeriod
+	}
 	kinds := make([]sourceKind, 0, len(cfg.SourceKinds))
+	var optional *optionalKinds
 	for _, k := range cfg.SourceKinds {
 		kinds = append(kinds, sourceKind{SourceKind: k})
+		if k.Optional && optional == nil {
+			if cfg.Gate == nil {
+				return nil, errNoGate
+			}
+			optional = newOptionalKinds(cfg.SourceKinds, cfg.Gate, cfg.Discovery, cfg.KindRecheckPeriod)
+		}
 	}
 	Register()
 	return &RouteReconciler{
 		cfg:        cfg,
 		cache:      c,
-		informers:  c,
 		client:     w,
 		recorder:   recorder,
 		kinds:      kinds,
+		optional:   optional,
 		states:     newRouteStates(),
 		keptGrants: newKeptGrants(),
 		ahead:      newGrantsAhead(),
@@ -201,12 +221,16 @@ type informerGetter interface {
 	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
 }
 
-// SetupWithManager adds the field indexes, the controller and the garbage collector to mgr,
-// which must be the gated manager and not yet started. Nothing here blocks on a cache.
+// SetupWithManager adds the field indexes, the controller, the garbage collector and the
+// re-check of optional kinds to mgr, which must be the gated manager and not yet started.
+// Nothing here blocks on a cache.
 func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
 	log := mgr.GetLogger().WithValues("controller", ControllerName)
 	declared := mgr.GetCache()
 	if err := registerIndexes(ctx, log, declared, mgr.GetFieldIndexer(), r.kinds); err != nil {
+		return fmt.Errorf("router controller: %w", err)
+	}
+	if err := r.setupOptionalKinds(ctx, mgr); err != nil {
 		return fmt.Errorf("router controller: %w", err)
 	}
 
@@ -225,12 +249,15 @@ func (r *RouteReconciler) SetupWithManager(ctx context.Context, mgr manager.Mana
 			return l
 		})
 	for _, k := range r.kinds {
-		src := source.TypedKind(declared, k.Object(),
-			handler.TypedEnqueueRequestsFromMapFunc(r.workloadToModel(k.SourceKind)), routingChanged())
-		if k.Optional {
-			src = &optionalSource{kind: k.SourceKind, informers: declared, inner: src}
+		watch := func() source.TypedSyncingSource[Key] {
+			return source.TypedKind(declared, k.Object(),
+				handler.TypedEnqueueRequestsFromMapFunc(r.workloadToModel(k.SourceKind)), routingChanged())
 		}
-		b = b.WatchesRawSource(src)
+		if !k.Optional {
+			b = b.WatchesRawSource(watch())
+			continue
+		}
+		b = b.WatchesRawSource(r.optionalSource(k.SourceKind, watch))
 	}
 	// The Services the adapter-controller publishes give the ports of adapters' routes.
 	b = b.WatchesRawSource(source.TypedKind(declared, &corev1.Service{},
@@ -317,23 +344,6 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, key Key) (reconcile.Res
 	return reconcile.Result{}, err
 }
 
-// activeKinds are the source kinds whose caches exist: every required kind and the optional
-// kinds whose API is served. Only called once the gate is open (from reconciles, map
-// functions and the garbage collector), when every optional kind is final: synced or
-// skipped.
-func (r *RouteReconciler) activeKinds(ctx context.Context) []sourceKind {
-	r.activeOnce.Do(func() {
-		for _, k := range r.kinds {
-			if err := skippedKind(ctx, r.informers, k.SourceKind); err != nil {
-				ctrl.LoggerFrom(ctx).Info("Skipping optional source kind", "kind", k.String(), "reason", err.Error())
-				continue
-			}
-			r.active = append(r.active, k)
-		}
-	})
-	return r.active
-}
-
 // listSources returns the cached workloads of every active kind whose sourceIndex values
 // include value, through the index where there is one.
 func (r *RouteReconciler) listSources(ctx context.Context, value string) ([]sourceObject, error) {
@@ -359,37 +369,3 @@ func (r *RouteReconciler) listSources(ctx context.Context, value string) ([]sour
 	}
 	return out, nil
 }
-
-// optionalSource watches an optional kind when its API is served and does nothing when the
-// gate skipped it, so a missing CRD never fails the controller.
-type optionalSource struct {
-	kind      SourceKind
-	informers informerGetter
-	inner     source.TypedSyncingSource[Key]
-
-	mu      sync.Mutex
-	skipped bool
-}
-
-func (s *optionalSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key]) error {
-	if err := skippedKind(ctx, s.informers, s.kind); err != nil {
-		ctrl.LoggerFrom(ctx).Info("Not watching optional source kind", "kind", s.kind.String(), "reason", err.Error())
-		s.mu.Lock()
-		s.skipped = true
-		s.mu.Unlock()
-		return nil
-	}
-	return s.inner.Start(ctx, q)
-}
-
-func (s *optionalSource) WaitForSync(ctx context.Context) error {
-	s.mu.Lock()
-	skipped := s.skipped
-	s.mu.Unlock()
-	if skipped {
-		return nil
-	}
-	return s.inner.WaitForSync(ctx)
-}
-
-func (s *optionalSource) String() string { return "optional " + s.kind.String() }

@@ -47,7 +47,7 @@ func (r *RouteReconciler) reconcileModel(ctx context.Context, model string) erro
 		return err
 	}
 	serving := r.servingRoute(model, existing, legacy)
-	if outside := r.outsideView(ctx, serving); len(outside) > 0 {
+	if outside := r.outsideView(serving); len(outside) > 0 {
 		return r.keepOutsideView(ctx, model, serving, outside, claimants)
 	}
 	if len(claimants) == 0 {

@@ -72,6 +72,9 @@ type Options struct {
 	// AIBrixCheckPeriod overrides how long a reading of AIBrix's Leases is reused (tests
 	// shorten it; zero: aibrix.DefaultCheckPeriod).
 	AIBrixCheckPeriod time.Duration
+	// KindRecheckPeriod overrides how often discovery is asked whether the optional kinds
+	// are served (tests shorten it; zero: controller.DefaultKindRecheckPeriod).
+	KindRecheckPeriod time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -100,7 +103,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&o.RouteTimeout, "route-timeout", o.RouteTimeout, "Request timeout of every route rule (whole milliseconds; 0 leaves it to the gateway).")
 	fs.Func("extra-workload-kinds", "Comma-separated optional workload kinds read as route sources, each group/version/Kind, "+
-		"e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet,orchestration.aibrix.ai/v1alpha1/RayClusterFleet. Kinds whose CRD is not installed are skipped.",
+		"e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet,orchestration.aibrix.ai/v1alpha1/RayClusterFleet. Kinds whose CRD is not installed are skipped; "+
+		"whether each is served is checked again every "+controller.DefaultKindRecheckPeriod.String()+", so a CRD installed later is watched from then on, without a restart.",
 		func(s string) error {
 			o.ExtraWorkloadKinds = app.SplitList(s)
 			return nil
@@ -305,6 +309,8 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 		a.Manager.GetEventRecorder(ControllerName), controller.Config{
 			Routes:                  o.RoutesConfig(),
 			SourceKinds:             kinds,
+			Gate:                    a.Gate,
+			KindRecheckPeriod:       o.KindRecheckPeriod,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 			GrantBatchWindow:        o.GrantBatchWindow,
 			GatewayNamespaceRetry:   o.GatewayNamespaceRetry,

@@ -47,6 +47,9 @@ func TestDefaults(t *testing.T) {
 	if o.GrantBatchWindow != 500*time.Millisecond {
 		t.Errorf("default --grant-batch-window = %s, want 500ms", o.GrantBatchWindow)
 	}
+	if controller.DefaultKindRecheckPeriod != 30*time.Second {
+		t.Errorf("optional kinds are re-checked every %s, want 30s", controller.DefaultKindRecheckPeriod)
+	}
 }
 
 func TestFlags(t *testing.T) {

@@ -164,6 +164,14 @@ func TestReconcileModel(t *testing.T) {
 			},
 			wantState: RouteStateManaged,
 		},
+		"a workload joins that adds nothing to the route: no write, no event": {
+			objs: []client.Object{
+				deploymentObj("d", map[string]string{nameKey: "llama", portKey: "9000"}, nil),
+				deploymentObj("d2", map[string]string{nameKey: "llama", portKey: "9000"}, nil),
+				builtRoute(t, "llama", src("d", "llama", 9000)),
+			},
+			wantState: RouteStateManaged,
+		},
 		"model and service from annotations": {
 			objs:       []client.Object{deploymentObj("d", nil, map[string]string{nameKey: "llama", svcKey: "llama-svc"}), grantObj(t, "llama-svc")},
 			wantWrites: []string{"create *v1.HTTPRoute/" + gw + "/llama-router"},

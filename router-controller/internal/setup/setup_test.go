@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/loraplane/loraplane/router-controller/internal/controller"
 	"github.com/loraplane/loraplane/router-controller/internal/routes"
@@ -144,5 +147,24 @@ func TestParseWorkloadKind(t *testing.T) {
 		if _, err := ParseWorkloadKind(bad); err == nil {
 			t.Errorf("ParseWorkloadKind(%q) accepted", bad)
 		}
+	}
+}
+
+// TestStripLastApplied: the workloads the router caches (metadata-only) lose kubectl's copy
+// of the whole object; other annotations and other objects are left as they are.
+func TestStripLastApplied(t *testing.T) {
+	w := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		corev1.LastAppliedConfigAnnotation: `{"big":"copy"}`, "model.aibrix.ai/name": "llama",
+	}}}
+	out, err := stripLastApplied(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*metav1.PartialObjectMetadata).Annotations; len(got) != 1 || got["model.aibrix.ai/name"] != "llama" {
+		t.Errorf("annotations after the transform: %v", got)
+	}
+	route := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{corev1.LastAppliedConfigAnnotation: "x"}}}
+	if _, err := stripLastApplied(route); err != nil || route.Annotations[corev1.LastAppliedConfigAnnotation] != "x" {
+		t.Errorf("a route's annotations changed: %v (%v)", route.Annotations, err)
 	}
 }

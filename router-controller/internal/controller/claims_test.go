@@ -147,22 +147,7 @@ func TestClaimsAcrossNamespaces(t *testing.T) {
 			if diff := cmp.Diff(tc.wantBackends, got); diff != "" {
 				t.Errorf("route backend namespaces (-want +got):\n%s", diff)
 			}
-			events := drain(rec)
-			if len(events) != len(tc.wantEvents) {
-				t.Fatalf("events %q, want %d matching %q", events, len(tc.wantEvents), tc.wantEvents)
-			}
-			for i := range events {
-				if !strings.HasPrefix(events[i], tc.wantEvents[i]) {
-					t.Errorf("event %d = %q, want prefix %q", i, events[i], tc.wantEvents[i])
-				}
-			}
-			var st RouteState
-			if m := r.states.byModel["llama"]; m != nil {
-				st = m.state
-			}
-			if st != tc.wantState {
-				t.Errorf("route state %q, want %q", st, tc.wantState)
-			}
+			checkEventsAndState(t, rec, r, "llama", tc.wantEvents, tc.wantState)
 			if got := testutil.ToFloat64(RefusedClaims.WithLabelValues()); got != tc.wantRefused {
 				t.Errorf("loraplane_route_refused_claims = %v, want %v", got, tc.wantRefused)
 			}

@@ -273,22 +273,7 @@ func TestReconcileModel(t *testing.T) {
 			if diff := cmp.Diff(tc.wantWrites, w.log); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			got := drain(rec)
-			if len(got) != len(tc.wantEvents) {
-				t.Fatalf("events %q, want %d matching %q", got, len(tc.wantEvents), tc.wantEvents)
-			}
-			for i := range got {
-				if !strings.HasPrefix(got[i], tc.wantEvents[i]) {
-					t.Errorf("event %d = %q, want prefix %q", i, got[i], tc.wantEvents[i])
-				}
-			}
-			var st RouteState
-			if m := r.states.byModel["llama"]; m != nil {
-				st = m.state
-			}
-			if st != tc.wantState {
-				t.Errorf("route state %q, want %q", st, tc.wantState)
-			}
+			checkEventsAndState(t, rec, r, "llama", tc.wantEvents, tc.wantState)
 		})
 	}
 }
@@ -460,5 +445,27 @@ func TestReconcileGrants(t *testing.T) {
 				t.Errorf("services admitted by our grants (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// checkEventsAndState fails unless the events recorded since the last drain start with the
+// wanted reasons, in order, and the model's route state is wantState.
+func checkEventsAndState(t *testing.T, rec *events.FakeRecorder, r *RouteReconciler, model string, wantEvents []string, wantState RouteState) {
+	t.Helper()
+	got := drain(rec)
+	if len(got) != len(wantEvents) {
+		t.Fatalf("events %q, want %d matching %q", got, len(wantEvents), wantEvents)
+	}
+	for i := range got {
+		if !strings.HasPrefix(got[i], wantEvents[i]) {
+			t.Errorf("event %d = %q, want prefix %q", i, got[i], wantEvents[i])
+		}
+	}
+	var st RouteState
+	if m := r.states.byModel[model]; m != nil {
+		st = m.state
+	}
+	if st != wantState {
+		t.Errorf("route state %q, want %q", st, wantState)
 	}
 }

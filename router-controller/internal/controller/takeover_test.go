@@ -251,22 +251,7 @@ func TestReconcileModelTakeOver(t *testing.T) {
 			if diff := cmp.Diff(tc.wantWrites, w.log); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			got := drain(rec)
-			if len(got) != len(tc.wantEvents) {
-				t.Fatalf("events %q, want %d matching %q", got, len(tc.wantEvents), tc.wantEvents)
-			}
-			for i := range got {
-				if !strings.HasPrefix(got[i], tc.wantEvents[i]) {
-					t.Errorf("event %d = %q, want prefix %q", i, got[i], tc.wantEvents[i])
-				}
-			}
-			var st RouteState
-			if m := r.states.byModel[qwen]; m != nil {
-				st = m.state
-			}
-			if st != tc.wantState {
-				t.Errorf("route state %q, want %q", st, tc.wantState)
-			}
+			checkEventsAndState(t, rec, r, qwen, tc.wantEvents, tc.wantState)
 		})
 	}
 }

@@ -368,3 +368,31 @@ func TestUnwatchedKindKeepsItsRoute(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAdapterRoutedUnderItsName: a ModelAdapter whose model.aibrix.ai/name label names
+// another model is routed under its own name — the name engines load it under and AIBrix's
+// gateway plugin looks it up by — and the differing label is reported, not followed.
+func TestAdapterRoutedUnderItsName(t *testing.T) {
+	needEnv(t)
+	gw, ns := newNamespace(t, "gw"), newNamespace(t, "src")
+	startRouter(t, env.Config, gw, []string{ns})
+	name, label := "lora-"+ns, "base-"+ns
+	a := &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: modelLabels(label)},
+		Spec: v1alpha1.ModelAdapterSpec{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{nameKey: label}},
+			ArtifactURL: "huggingface://org/lora",
+		},
+	}
+	if err := k8s.Create(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(context.Background(), adapterService(a, 8000)); err != nil {
+		t.Fatal(err)
+	}
+	waitRoute(t, gw, name, wantBackends(fmt.Sprintf("0:%s/%s:8000", ns, name)))
+	waitEvent(t, ns, name, "InvalidSource")
+	if r := getRoute(t, gw, routes.RouteName(label)); r != nil {
+		t.Errorf("HTTPRoute %s routes the adapter under its label %q: backends %v", r.Name, label, backends(r))
+	}
+}

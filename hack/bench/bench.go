@@ -352,6 +352,8 @@ func routerFloorSpecs() []listSpec {
 		{name: "ModelAdapter", gvr: adapterGVR},
 		{name: "HTTPRoute", gvr: routeGVR, ns: gatewayNS},
 		{name: "ReferenceGrant", gvr: grantGVR},
+		// The adapters' Services, as the router caches them (by the adapter-controller's label).
+		{name: "Service", gvr: svcGVR, selector: "app.kubernetes.io/managed-by=loraplane-adapter-controller"},
 	}
 }
 

@@ -43,6 +43,7 @@ var (
 	grantGVR   = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1beta1", Resource: "referencegrants"}
 	deployGVR  = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	stsGVR     = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
+	svcGVR     = schema.GroupVersionResource{Version: "v1", Resource: "services"}
 )
 
 type clients struct {

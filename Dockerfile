@@ -13,6 +13,7 @@ ARG BASE_IMAGE=gcr.io/distroless/static:nonroot
 
 FROM ${BUILDER_IMAGE} AS builder
 ARG VERSION=dev
+ARG REVISION=unknown
 ENV GOWORK=off CGO_ENABLED=0 GOTOOLCHAIN=local
 WORKDIR /src
 
@@ -28,14 +29,19 @@ COPY adapter-controller/ adapter-controller/
 COPY router-controller/ router-controller/
 RUN for m in adapter-controller router-controller; do \
       (cd $m && go build -trimpath \
-        -ldflags "-s -w -X github.com/loraplane/loraplane/shared/version.Version=${VERSION}" \
+        -ldflags "-s -w -X github.com/loraplane/loraplane/shared/version.Version=${VERSION} -X github.com/loraplane/loraplane/shared/version.Revision=${REVISION}" \
         -o /out/$m .) || exit 1; \
     done
 
 FROM ${BASE_IMAGE}
 ARG BINARY=adapter-controller
+ARG VERSION=dev
+ARG REVISION=unknown
 LABEL org.opencontainers.image.title="loraplane ${BINARY}" \
-      org.opencontainers.image.source="https://github.com/loraplane/loraplane"
+      org.opencontainers.image.source="https://github.com/loraplane/loraplane" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/${BINARY} /manager
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -39,7 +39,9 @@ KUBECTL := $(BIN)/kubectl
 BINARIES := adapter-controller router-controller
 MODULES := shared adapter-controller router-controller test test/e2e hack/bench
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/loraplane/loraplane/shared/version.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X github.com/loraplane/loraplane/shared/version.Version=$(VERSION) \
+  -X github.com/loraplane/loraplane/shared/version.Revision=$(REVISION)
 
 # Images: $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG). The same two variables name the images in
 # docker-build/docker-push, make deploy (a kustomize overlay's images:) and make helm-deploy
@@ -54,7 +56,7 @@ PLATFORMS ?= linux/amd64,linux/arm64
 # under these names, labelled io.loraplane.kit=stand-in).
 BUILDER_IMAGE ?= golang:1.26
 BASE_IMAGE ?= gcr.io/distroless/static:nonroot
-IMAGE_BUILD_ARGS = --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) \
+IMAGE_BUILD_ARGS = --build-arg BINARY=$(BINARY) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
   --build-arg BUILDER_IMAGE=$(BUILDER_IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE)
 export BUILDER_IMAGE BASE_IMAGE
 

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	sharedmetrics "github.com/loraplane/loraplane/shared/metrics"
 	"github.com/loraplane/loraplane/shared/syncgate"
 	"github.com/loraplane/loraplane/shared/version"
 )
@@ -58,6 +59,9 @@ type App struct {
 func New(o *Options, c Config) (*App, error) {
 	logger := klog.NewKlogr()
 	ctrl.SetLogger(logger)
+	b := version.Get()
+	logger.Info("Starting", "controller", c.Controller, "version", b.Version, "revision", b.Revision, "goVersion", b.GoVersion)
+	sharedmetrics.RegisterBuildInfo()
 
 	cfg := c.RESTConfig
 	if cfg == nil {

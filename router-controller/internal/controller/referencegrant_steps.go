@@ -282,11 +282,13 @@ func (r *RouteReconciler) grantsNotAhead(model string) {
 	}
 }
 
-// grantToWaitingModels maps a ReferenceGrant to the models whose route waits for a grant in
-// its namespace (grantsReady), so that they are written as soon as the cache has it.
+// grantToWaitingModels maps a ReferenceGrant to the models whose route waits for a Service
+// it admits (grantsReady), so that they are written as soon as the cache has it; the others
+// wait for their own grant (a burst of new models in one namespace is woken once each, not
+// once per grant written).
 func (r *RouteReconciler) grantToWaitingModels(_ context.Context, g *gatewayv1beta1.ReferenceGrant) []Key {
 	var keys []Key
-	for _, m := range r.ahead.waiting(g.Namespace) {
+	for _, m := range r.ahead.waitingFor(g.Namespace, routes.AdmittedServices(g)) {
 		keys = append(keys, ModelKey(m))
 	}
 	return keys
@@ -400,6 +402,20 @@ func (g *grantsAhead) waiting(namespace string) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Sorted(maps.Keys(g.byNamespace[namespace]))
+}
+
+// waitingFor returns the models waiting for a grant in namespace for one of services.
+func (g *grantsAhead) waitingFor(namespace string, services []string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for model, m := range g.byNamespace[namespace] {
+		if slices.ContainsFunc(m.services, func(svc string) bool { return slices.Contains(services, svc) }) {
+			out = append(out, model)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pending returns the Services of namespace still kept ahead, forgetting the models whose

@@ -135,9 +135,14 @@ func checkModelRoute(r *gatewayv1.HTTPRoute, model string, wantPaths []string) e
 // looked up by name, header model) until one is answered by one of pods for that model.
 func servedThroughGateway(t *testing.T, route, model string, pods []corev1.Pod) {
 	t.Helper()
+	// Answers name the pod (kind: each pod's engine) or its address (kwok: the host engine,
+	// answering on the loopback address the test's routing dialled).
 	var names []string
 	for _, p := range pods {
-		names = append(names, p.Name)
+		names = append(names, p.Name, p.Status.PodIP+":8000")
+		if ip, ok := loopbackOf(p.Status.PodIP); ok {
+			names = append(names, ip.String()+":8000")
+		}
 	}
 	waitFor(t, 60*time.Second, fmt.Sprintf("a completion for %s through route %s answered by %v", model, route, names), func() (bool, string) {
 		a := viaAIBrixPlugin(t, route, model)

@@ -652,8 +652,10 @@ func (b *bench) routerStages(ctx context.Context, idx int, p Point, r *Result) e
 	return b.admin.dyn.Resource(routeGVR).Namespace(floorNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 }
 
+// defaultPaths are the router's default --route-paths (AIBrix's newest 16 path prefixes).
 var defaultPaths = []string{"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
-	"/v1/rerank", "/v1/classify", "/generate", "/generatevideo", "/v1/audio/transcriptions", "/v1/audio/translations"}
+	"/v1/rerank", "/v1/classify", "/v1/decisions", "/generate", "/generatevideo", "/v1/video", "/v1/videos",
+	"/v1/audio/transcriptions", "/v1/audio/translations", "/tokenize", "/pooling"}
 
 // floorRoute is an HTTPRoute shaped like the router's: one match per path with the model header.
 func floorRoute(i int) *unstructured.Unstructured {
@@ -674,7 +676,7 @@ func floorRoute(i int) *unstructured.Unstructured {
 			"rules": []any{map[string]any{
 				"matches":     matches,
 				"backendRefs": []any{map[string]any{"name": model, "namespace": modelsNS, "port": int64(8000)}},
-				"timeouts":    map[string]any{"request": "120s"},
+				"timeouts":    map[string]any{"request": "10m"}, // the default --route-timeout
 			}},
 		},
 	}}

@@ -39,12 +39,30 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 // the objects with client.FieldOwner(FieldManager) so that their managedFields are AIBrix's.
 const FieldManager = "manager"
 
-// DefaultPaths are the path prefixes of AIBrix's model routes, in its order.
+// DefaultPaths are the path prefixes of AIBrix's model routes in its newest sources
+// (pkg/controller/modelrouter modelPaths, after August 2026), in its order.
 var DefaultPaths = []string{
+	"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
+	"/v1/rerank", "/v1/classify", "/v1/decisions", "/generate", "/generatevideo", "/v1/video",
+	"/v1/videos", "/v1/audio/transcriptions", "/v1/audio/translations", "/tokenize", "/pooling",
+}
+
+// V070Paths are the path prefixes of AIBrix's model routes in its release v0.7.0 (and its
+// sources up to August 2026), in its order: the routes a fleet switching from that release
+// has.
+var V070Paths = []string{
 	"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
 	"/v1/rerank", "/v1/classify", "/generate", "/generatevideo", "/v1/audio/transcriptions",
 	"/v1/audio/translations",
 }
+
+// Request timeouts AIBrix's model router writes when AIBRIX_GATEWAY_TIMEOUT_SECONDS is unset.
+const (
+	// DefaultTimeout is its newest sources' (after August 2026): 600 s.
+	DefaultTimeout = "600s"
+	// V070Timeout is that of its releases v0.4.0 to v0.7.0 and its sources up to August 2026: 120 s.
+	V070Timeout = "120s"
+)
 
 // Route describes the HTTPRoute AIBrix's model router makes for a workload.
 type Route struct {
@@ -64,8 +82,7 @@ type Route struct {
 	// ConsoleManaged: the workload was made by AIBrix Console.
 	ConsoleManaged bool
 	// Timeout is the rule's request timeout, "<AIBRIX_GATEWAY_TIMEOUT_SECONDS>s"; it defaults
-	// to "120s", the default of the AIBrix sources this fixture follows (those after August
-	// 2026 default to 600).
+	// to DefaultTimeout (AIBrix's newest default; V070Timeout for a route of v0.7.0).
 	Timeout string
 }
 
@@ -121,7 +138,7 @@ func HTTPRoute(r Route) (*unstructured.Unstructured, error) {
 	if r.Port == 0 {
 		r.Port = 8000
 	}
-	r.Timeout = or(r.Timeout, "120s")
+	r.Timeout = or(r.Timeout, DefaultTimeout)
 	return render("httproute.yaml", r)
 }
 

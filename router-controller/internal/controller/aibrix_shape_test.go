@@ -43,8 +43,9 @@ func createAIBrixRoute(t *testing.T, r aibrixfixture.Route, edit func(*gatewayv1
 
 // TestAIBrixRouteNotInAIBrixShapeNotAdopted: routes of AIBrix's names that are not exactly
 // what AIBrix writes stay as they are, each with a RouteConflict event saying why: one
-// edited to have hostnames, one whose request timeout (600s, AIBrix's later default) differs
-// from the router's --route-timeout (2m), which the event says to set.
+// edited to have hostnames, one of AIBrix v0.7.0 whose request timeout (120s, that release's
+// default) differs from the router's default --route-timeout (10m, AIBrix's newest), which
+// the event says to set.
 func TestAIBrixRouteNotInAIBrixShapeNotAdopted(t *testing.T) {
 	needEnv(t)
 	gw, ns := newNamespace(t, "gw"), newNamespace(t, "src")
@@ -53,7 +54,8 @@ func TestAIBrixRouteNotInAIBrixShapeNotAdopted(t *testing.T) {
 	createDeployment(t, ns, "llama", modelLabels(llamaModel), map[string]string{svcKey: "llama"})
 	withHostnames := createAIBrixRoute(t, aibrixfixture.Route{Name: qwenRoute, Model: qwenModel, Namespace: ns, Service: "qwen", GatewayNamespace: gw},
 		func(r *gatewayv1.HTTPRoute) { r.Spec.Hostnames = []gatewayv1.Hostname{"llm.example.com"} })
-	longTimeout := createAIBrixRoute(t, aibrixfixture.Route{Name: llamaRoute, Model: llamaModel, Namespace: ns, Service: "llama", GatewayNamespace: gw, Timeout: "600s"}, nil)
+	v070 := createAIBrixRoute(t, aibrixfixture.Route{Name: llamaRoute, Model: llamaModel, Namespace: ns, Service: "llama", GatewayNamespace: gw,
+		Paths: aibrixfixture.V070Paths, Timeout: aibrixfixture.V070Timeout}, nil)
 
 	startRouter(t, env.Config, gw, []string{ns}, noAIBrixCheck)
 	for _, c := range []struct {
@@ -61,8 +63,8 @@ func TestAIBrixRouteNotInAIBrixShapeNotAdopted(t *testing.T) {
 		route          *gatewayv1.HTTPRoute
 		model          string
 	}{
-		{workload: "llama", route: longTimeout, model: llamaModel,
-			want: "its request timeout is 10m and the router's --route-timeout is 2m, so adopting it would change how long requests may take: start the router with --route-timeout=10m to adopt it"},
+		{workload: "llama", route: v070, model: llamaModel,
+			want: "its request timeout is 2m and the router's --route-timeout is 10m, so adopting it would change how long requests may take: start the router with --route-timeout=2m to adopt it"},
 		{workload: "qwen", route: withHostnames, model: qwenModel, want: "not adopted as the route AIBrix's model router made: it has hostnames"},
 	} {
 		e := waitEvent(t, ns, c.workload, controller.ReasonRouteConflict)

@@ -74,23 +74,24 @@ func TestBadWorkloadInput(t *testing.T) {
 		wantPaths   int    // paths of the route; 0: no route
 		warning     string // part of the Warning's note; "": no Warning
 	}
+	d := len(routes.DefaultPaths) // the default --route-paths
 	cases := []input{
 		{name: "slash", model: "org/model", warning: `Service name "org/model" for model "org/model" is not a valid Service name`},
 		{name: "upper", labels: modelLabels("UPPER"), warning: `Service name "UPPER" for model "UPPER" is not a valid Service name`},
 		{name: "long", model: strings.Repeat("m", 300), warning: "is not a valid Service name"},
 		{name: "unicode", model: "модель-模型-🦙", warning: `Service name "модель-模型-🦙" for model "модель-模型-🦙" is not a valid Service name`},
-		{name: "unicode-svc", model: "模型", annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
+		{name: "unicode-svc", model: "模型", annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: d},
 		{name: "control", model: "模型\u0085", annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, warning: "cannot be routed: must not contain control characters"},
-		{name: "slash-svc", model: "org/model-" + ns, annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
-		{name: "long-svc", model: strings.Repeat("n", 300), annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: 11},
-		{name: "port-abc", labels: modelLabels("port-abc-"+ns, portKey, "abc"), wantPaths: 11, warning: `value "abc" is not a decimal number; using 8000`},
-		{name: "port-zero", labels: modelLabels("port-zero-"+ns, portKey, "0"), wantPaths: 11, warning: `value "0" is out of range 1-65535; using 8000`},
-		{name: "port-high", labels: modelLabels("port-high-"+ns, portKey, "70000"), wantPaths: 11, warning: `value "70000" is out of range 1-65535; using 8000`},
-		{name: "path-space", labels: modelLabels("path-space-" + ns), annotations: map[string]string{pathsKey: "/with space,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/with space"`},
-		{name: "path-dup", labels: modelLabels("path-dup-" + ns), annotations: map[string]string{pathsKey: "/a,/a, /a ,/a/"}, wantPaths: 13},
-		{name: "path-admin", labels: modelLabels("path-admin-" + ns), annotations: map[string]string{pathsKey: "/V1/Load_LoRA_Adapter/,/ok"}, wantPaths: 12, warning: `Ignoring custom path "/V1/Load_LoRA_Adapter/" in annotation model.aibrix.ai/model-router-custom-paths: it would let gateway clients reach vLLM's endpoint /v1/load_lora_adapter`},
-		{name: "path-relative", labels: modelLabels("path-rel-" + ns), annotations: map[string]string{pathsKey: "v1/chat"}, wantPaths: 11, warning: `Ignoring custom path "v1/chat"`},
-		{name: "path-200", labels: modelLabels("path-200-" + ns), annotations: map[string]string{pathsKey: strings.Join(many, ",")}, wantPaths: 75, warning: "Ignoring 136 custom paths"},
+		{name: "slash-svc", model: "org/model-" + ns, annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: d},
+		{name: "long-svc", model: strings.Repeat("n", 300), annotations: map[string]string{v1alpha1.ServiceNameAnnotation: "svc"}, wantPaths: d},
+		{name: "port-abc", labels: modelLabels("port-abc-"+ns, portKey, "abc"), wantPaths: d, warning: `value "abc" is not a decimal number; using 8000`},
+		{name: "port-zero", labels: modelLabels("port-zero-"+ns, portKey, "0"), wantPaths: d, warning: `value "0" is out of range 1-65535; using 8000`},
+		{name: "port-high", labels: modelLabels("port-high-"+ns, portKey, "70000"), wantPaths: d, warning: `value "70000" is out of range 1-65535; using 8000`},
+		{name: "path-space", labels: modelLabels("path-space-" + ns), annotations: map[string]string{pathsKey: "/with space,/ok"}, wantPaths: d + 1, warning: `Ignoring custom path "/with space"`},
+		{name: "path-dup", labels: modelLabels("path-dup-" + ns), annotations: map[string]string{pathsKey: "/a,/a, /a ,/a/"}, wantPaths: d + 2},
+		{name: "path-admin", labels: modelLabels("path-admin-" + ns), annotations: map[string]string{pathsKey: "/V1/Load_LoRA_Adapter/,/ok"}, wantPaths: d + 1, warning: `Ignoring custom path "/V1/Load_LoRA_Adapter/" in annotation model.aibrix.ai/model-router-custom-paths: it would let gateway clients reach vLLM's endpoint /v1/load_lora_adapter`},
+		{name: "path-relative", labels: modelLabels("path-rel-" + ns), annotations: map[string]string{pathsKey: "v1/chat"}, wantPaths: d, warning: `Ignoring custom path "v1/chat"`},
+		{name: "path-200", labels: modelLabels("path-200-" + ns), annotations: map[string]string{pathsKey: strings.Join(many, ",")}, wantPaths: d + routes.MaxCustomPaths, warning: "Ignoring 136 custom paths"},
 	}
 	models := map[string]string{}
 	for _, c := range cases {

@@ -109,8 +109,13 @@ func checkShape(r *gatewayv1.HTTPRoute, gw, model string, wantPaths []string) er
 		return fmt.Errorf("parentRefs %+v, want %s/%s", r.Spec.ParentRefs, gw, routes.DefaultGatewayName)
 	}
 	for _, rule := range r.Spec.Rules {
-		if rule.Timeouts == nil || ptr.Deref(rule.Timeouts.Request, "") != "2m" {
-			return fmt.Errorf("rule timeouts %+v, want request 2m", rule.Timeouts)
+		// The default --route-timeout: AIBrix's newest default, 600 s.
+		if rule.Timeouts == nil || ptr.Deref(rule.Timeouts.Request, "") != "10m" {
+			var got gatewayv1.Duration
+			if rule.Timeouts != nil {
+				got = ptr.Deref(rule.Timeouts.Request, "")
+			}
+			return fmt.Errorf("rule request timeout %q, want 10m", got)
 		}
 		for _, m := range rule.Matches {
 			if len(m.Headers) != 1 || m.Headers[0].Name != "model" || m.Headers[0].Value != model ||

@@ -18,7 +18,7 @@ const maxListedChanges = 6
 // AdoptionChanges describes, in short phrases for an event, what writing desired over
 // existing changes in how the route routes and in its labels and annotations: "paths added:
 // /v1/responses, /v1/messages", "paths removed: …", "backends: +team-a/llama-svc:8000,
-// -team-a/old:8000", "timeout 10m → 2m", "rules: 1 → 2", "labels added: …", "labels
+// -team-a/old:8000", "timeout 2m → 10m", "rules: 1 → 2", "labels added: …", "labels
 // changed: …", "annotations added: …". Fields the API server defaults (a backend's group,
 // kind and weight, a match's types) are not differences. Nothing changed: no phrase.
 func AdoptionChanges(existing, desired *gatewayv1.HTTPRoute) []string {

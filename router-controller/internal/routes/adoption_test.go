@@ -24,17 +24,20 @@ func TestAIBrixRouteShapeReasons(t *testing.T) {
 		mutate  func(*gatewayv1.HTTPRoute)
 		want    string
 	}{
-		"AIBrix's later default": {route: withTimeout(base, "600s"), timeout: 2 * time.Minute,
+		// A route of AIBrix v0.7.0 (120 s) and the router's default (600 s, AIBrix's newest).
+		"AIBrix v0.7.0's default": {route: withTimeout(base, aibrixfixture.V070Timeout), timeout: DefaultTimeout,
+			want: "its request timeout is 2m and the router's --route-timeout is 10m, so adopting it would change how long requests may take: start the router with --route-timeout=2m to adopt it"},
+		"AIBrix's newest default, the router's earlier": {route: base, timeout: 2 * time.Minute,
 			want: "its request timeout is 10m and the router's --route-timeout is 2m, so adopting it would change how long requests may take: start the router with --route-timeout=10m to adopt it"},
 		"the router sets none": {route: base,
-			want: "its request timeout is 2m and the router's --route-timeout is none, so adopting it would change how long requests may take: start the router with --route-timeout=2m to adopt it"},
+			want: "its request timeout is 10m and the router's --route-timeout is none, so adopting it would change how long requests may take: start the router with --route-timeout=10m to adopt it"},
 		"AIBrix wrote none": {route: base, timeout: 90 * time.Second, mutate: func(r *gatewayv1.HTTPRoute) { r.Spec.Rules[0].Timeouts = nil },
 			want: "its request timeout is none and the router's --route-timeout is 1m30s, so adopting it would change how long requests may take: start the router with --route-timeout=0 to adopt it"},
-		"hostnames": {route: base, timeout: 2 * time.Minute, mutate: func(r *gatewayv1.HTTPRoute) { r.Spec.Hostnames = []gatewayv1.Hostname{"a.example.com"} },
+		"hostnames": {route: base, timeout: DefaultTimeout, mutate: func(r *gatewayv1.HTTPRoute) { r.Spec.Hostnames = []gatewayv1.Hostname{"a.example.com"} },
 			want: "it has hostnames, which AIBrix never writes"},
-		"Helm": {route: base, timeout: 2 * time.Minute, mutate: setAnnotation("meta.helm.sh/release-name", "models"),
+		"Helm": {route: base, timeout: DefaultTimeout, mutate: setAnnotation("meta.helm.sh/release-name", "models"),
 			want: "it was written by a Helm release (annotation meta.helm.sh/release-name)"},
-		"admin path": {route: withPaths(base, "/V1"), timeout: 2 * time.Minute,
+		"admin path": {route: withPaths(base, "/V1"), timeout: DefaultTimeout,
 			want: `its path "/V1" lets gateway clients reach vLLM's endpoint /v1/load_lora_adapter`},
 	}
 	for name, tc := range cases {
@@ -78,10 +81,11 @@ func TestAdoptionChanges(t *testing.T) {
 	cfg := testConfig()
 	cfg.Paths = aibrixfixture.DefaultPaths
 	const model, name = "Qwen2.5-7B", "qwen2-5-7b-9d7101d42cd9-router"
+	// A route of AIBrix v0.7.0 (whose paths lack AIBrix's newest five), hand-edited.
 	existing := aibrixRoute(t, aibrixfixture.Route{Name: name, Model: model, Namespace: "team-a", Service: "qwen", Port: 8000,
-		Paths: append(append([]string{}, aibrixfixture.DefaultPaths[:10]...), "/v1/legacy"), ConsoleManaged: true})
-	existing.Spec.Rules[0].Timeouts.Request = ptr.To(gatewayv1.Duration("600s"))
-	cfg.Timeout = 2 * time.Minute
+		Paths: append(append([]string{}, aibrixfixture.V070Paths[:10]...), "/v1/legacy"), ConsoleManaged: true})
+	existing.Spec.Rules[0].Timeouts.Request = ptr.To(gatewayv1.Duration(aibrixfixture.V070Timeout))
+	cfg.Timeout = DefaultTimeout
 	desired, err := BuildRoute(cfg, model, []Source{
 		src("Deployment", "team-a", "qwen", model, "qwen", 8000),
 		src("Deployment", "team-b", "qwen", model, "qwen-b", 8001, "/v1/extra"),
@@ -90,10 +94,10 @@ func TestAdoptionChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"paths added: /v1/audio/translations, /v1/extra",
+		"paths added: /pooling, /tokenize, /v1/audio/translations, /v1/decisions, /v1/extra, /v1/video (+1 more)",
 		"paths removed: /v1/legacy",
 		"backends: +team-b/qwen-b:8001",
-		"timeout 10m → 2m",
+		"timeout 2m → 10m",
 		"labels added: loraplane.io/gateway=aibrix-eg, loraplane.io/install=default, loraplane.io/model-hash=" + ModelHash(model),
 		"labels changed: app.kubernetes.io/managed-by aibrix-console → loraplane-router-controller",
 		"annotations set: loraplane.io/model, loraplane.io/source-scopes",
@@ -107,7 +111,7 @@ func TestAdoptionChanges(t *testing.T) {
 
 	many := desired.DeepCopy()
 	many.Spec.Rules[0].Matches = nil
-	if got := AdoptionChanges(many, desired); len(got) != 1 || !strings.HasSuffix(got[0], "(+6 more)") {
-		t.Errorf("AdoptionChanges with 12 paths added = %q, want one phrase listing 6 and counting the rest", got)
+	if got := AdoptionChanges(many, desired); len(got) != 1 || !strings.HasSuffix(got[0], "(+11 more)") {
+		t.Errorf("AdoptionChanges with 17 paths added = %q, want one phrase listing 6 and counting the rest", got)
 	}
 }

@@ -24,9 +24,9 @@ import (
 //     one rule whose matches are PathPrefix matches on its paths (a fixed list that grows
 //     with its releases, then the workload's custom paths), each requiring exactly the
 //     header "model" to equal the model name (Exact), one backendRef (Service name,
-//     namespace and port only), and, since its June 2025 release (#1212), the request
-//     timeout "<AIBRIX_GATEWAY_TIMEOUT_SECONDS>s": 120 by default up to the sources of
-//     August 2026, 600 after;
+//     namespace and port only), and, since its release v0.4.0 (#1212), the request
+//     timeout "<AIBRIX_GATEWAY_TIMEOUT_SECONDS>s": 120 by default in its releases up to
+//     v0.7.0 and its sources up to August 2026, 600 after (DefaultTimeout);
 //   - one ReferenceGrant per source namespace, "aibrix-system-reserved-referencegrant-in-<ns>",
 //     admitting every Service of the namespace (no name) to HTTPRoutes of aibrix-system;
 //   - both created by its controller-manager, whose field manager is AIBrixFieldManager, and

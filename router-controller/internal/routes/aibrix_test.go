@@ -29,12 +29,13 @@ func aibrixRoute(t *testing.T, r aibrixfixture.Route) *gatewayv1.HTTPRoute {
 
 func TestIsAIBrixRoute(t *testing.T) {
 	cfg := testConfig()
+	cfg.Timeout = DefaultTimeout // AIBrix's newest default, as the fixture's routes have it
 	const model, name = "Qwen2.5-7B", "qwen2-5-7b-9d7101d42cd9-router"
 	base := aibrixfixture.Route{Name: name, Model: model, Namespace: "team", Service: "qwen", Port: 8000}
 	cases := map[string]struct {
 		route      aibrixfixture.Route
 		model      string
-		cfgTimeout time.Duration // the router's --route-timeout; 0: testConfig's (120s)
+		cfgTimeout time.Duration // the router's --route-timeout; 0: DefaultTimeout (600s)
 		mutate     func(*gatewayv1.HTTPRoute)
 		want       bool
 	}{
@@ -88,7 +89,8 @@ func TestIsAIBrixRoute(t *testing.T) {
 				{Manager: "envoy-gateway", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"},
 			}
 		}},
-		"AIBrix's later default timeout, the router's alike": {route: withTimeout(base, "600s"), cfgTimeout: 10 * time.Minute, want: true},
+		"AIBrix v0.7.0's default timeout, the router's alike": {route: withTimeout(base, aibrixfixture.V070Timeout), cfgTimeout: 2 * time.Minute, want: true},
+		"AIBrix v0.7.0's paths":                               {route: withPathList(base, aibrixfixture.V070Paths), want: true},
 
 		// Anything AIBrix never writes.
 		"hostnames": {route: base, mutate: func(r *gatewayv1.HTTPRoute) {
@@ -142,7 +144,7 @@ func TestIsAIBrixRoute(t *testing.T) {
 			r.Spec.Rules[0].Matches[0].Path.Type = ptr.To(gatewayv1.PathMatchExact)
 		}},
 		"a path reaching an engine's admin endpoints": {route: withPaths(base, "/"), mutate: nil},
-		"a request timeout other than the router's":   {route: withTimeout(base, "600s")},
+		"a request timeout other than the router's":   {route: withTimeout(base, aibrixfixture.V070Timeout)},
 		"no request timeout while the router sets one": {route: base, mutate: func(r *gatewayv1.HTTPRoute) {
 			r.Spec.Rules[0].Timeouts = nil
 		}},
@@ -196,6 +198,10 @@ func withName(r aibrixfixture.Route, name string) aibrixfixture.Route {
 }
 func withPaths(r aibrixfixture.Route, extra ...string) aibrixfixture.Route {
 	r.Paths = append(append([]string{}, aibrixfixture.DefaultPaths...), extra...)
+	return r
+}
+func withPathList(r aibrixfixture.Route, paths []string) aibrixfixture.Route {
+	r.Paths = paths
 	return r
 }
 func withGateway(r aibrixfixture.Route, ns, name string) aibrixfixture.Route {

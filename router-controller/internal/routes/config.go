@@ -15,11 +15,16 @@ import (
 const (
 	DefaultGatewayNamespace = "aibrix-system"
 	DefaultGatewayName      = "aibrix-eg"
-	DefaultTimeout          = 120 * time.Second
+	// DefaultTimeout is the request timeout AIBrix's model router writes on its routes by
+	// default (AIBRIX_GATEWAY_TIMEOUT_SECONDS unset) in its sources after August 2026: 600 s.
+	// Its releases v0.4.0 to v0.7.0 wrote 120 s, earlier ones none.
+	DefaultTimeout = 600 * time.Second
 )
 
 // DefaultPaths are the path prefixes every model route matches unless Config.Paths says
-// otherwise. Callers must not modify the slice.
+// otherwise: those of AIBrix's model router in its newest sources (pkg/controller/modelrouter,
+// modelPaths), in its order. Its v0.7.0 release had 11 of them (without /v1/decisions,
+// /v1/video, /v1/videos, /tokenize and /pooling). Callers must not modify the slice.
 var DefaultPaths = []string{
 	"/v1/completions",
 	"/v1/chat/completions",
@@ -28,10 +33,15 @@ var DefaultPaths = []string{
 	"/v1/embeddings",
 	"/v1/rerank",
 	"/v1/classify",
+	"/v1/decisions",
 	"/generate",
 	"/generatevideo",
+	"/v1/video",
+	"/v1/videos",
 	"/v1/audio/transcriptions",
 	"/v1/audio/translations",
+	"/tokenize",
+	"/pooling",
 }
 
 // Labels and annotations written on the objects this package builds.

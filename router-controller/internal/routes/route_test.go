@@ -120,10 +120,11 @@ func TestBuildRouteDefaultConfig(t *testing.T) {
 	for _, m := range got.Spec.Rules[0].Matches {
 		gotPaths = append(gotPaths, *m.Path.Value)
 	}
+	// AIBrix's newest 16 path prefixes, sorted.
 	wantPaths := []string{
-		"/generate", "/generatevideo", "/v1/audio/transcriptions", "/v1/audio/translations",
-		"/v1/chat/completions", "/v1/classify", "/v1/completions", "/v1/embeddings",
-		"/v1/messages", "/v1/rerank", "/v1/responses",
+		"/generate", "/generatevideo", "/pooling", "/tokenize", "/v1/audio/transcriptions", "/v1/audio/translations",
+		"/v1/chat/completions", "/v1/classify", "/v1/completions", "/v1/decisions", "/v1/embeddings",
+		"/v1/messages", "/v1/rerank", "/v1/responses", "/v1/video", "/v1/videos",
 	}
 	if diff := cmp.Diff(wantPaths, gotPaths); diff != "" {
 		t.Errorf("paths mismatch (-want +got):\n%s", diff)
@@ -131,7 +132,8 @@ func TestBuildRouteDefaultConfig(t *testing.T) {
 	if got.Name != "llama-router" {
 		t.Errorf("name = %q, want llama-router", got.Name)
 	}
-	if diff := cmp.Diff(&gatewayv1.HTTPRouteTimeouts{Request: ptr.To(gatewayv1.Duration("2m"))}, got.Spec.Rules[0].Timeouts); diff != "" {
+	// AIBrix's newest default, 600 s, as the Gateway API duration the router writes.
+	if diff := cmp.Diff(&gatewayv1.HTTPRouteTimeouts{Request: ptr.To(gatewayv1.Duration("10m"))}, got.Spec.Rules[0].Timeouts); diff != "" {
 		t.Errorf("timeouts mismatch (-want +got):\n%s", diff)
 	}
 }

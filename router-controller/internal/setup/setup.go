@@ -96,12 +96,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Options.AddFlags(fs)
 	fs.StringVar(&o.GatewayNamespace, "gateway-namespace", o.GatewayNamespace, "Namespace of the Gateway; every HTTPRoute is created there.")
 	fs.StringVar(&o.GatewayName, "gateway-name", o.GatewayName, "Name of the Gateway (in --gateway-namespace) every HTTPRoute attaches to.")
-	fs.Func("route-paths", fmt.Sprintf("Comma-separated path prefixes every model route matches, together with the header \"model\" (default %q).",
+	fs.Func("route-paths", fmt.Sprintf("Comma-separated path prefixes every model route matches, together with the header \"model\" (default %q: AIBrix's newest).",
 		strings.Join(routes.DefaultPaths, ",")), func(s string) error {
 		o.RoutePaths = app.SplitList(s)
 		return nil
 	})
-	fs.DurationVar(&o.RouteTimeout, "route-timeout", o.RouteTimeout, "Request timeout of every route rule (whole milliseconds; 0 leaves it to the gateway).")
+	fs.DurationVar(&o.RouteTimeout, "route-timeout", o.RouteTimeout, "Request timeout of every route rule (whole milliseconds; 0 leaves it to the gateway). "+
+		"AIBrix's routes are adopted only when theirs is the same: the default is AIBrix's newest (600s); its releases v0.4.0 to v0.7.0 wrote 2m, "+
+		"and AIBRIX_GATEWAY_TIMEOUT_SECONDS=N writes Ns.")
 	fs.Func("extra-workload-kinds", "Comma-separated optional workload kinds read as route sources, each group/version/Kind, "+
 		"e.g. leaderworkerset.x-k8s.io/v1/LeaderWorkerSet,orchestration.aibrix.ai/v1alpha1/RayClusterFleet. Kinds whose CRD is not installed are skipped; "+
 		"whether each is served is checked again every "+controller.DefaultKindRecheckPeriod.String()+", so a CRD installed later is watched from then on, without a restart.",

@@ -37,9 +37,11 @@ func TestDefaults(t *testing.T) {
 		GatewayNamespace: "aibrix-system",
 		GatewayName:      "aibrix-eg",
 		InstallID:        "default",
+		// AIBrix's newest path prefixes and request timeout (600 s), in its order.
 		Paths: []string{"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings",
-			"/v1/rerank", "/v1/classify", "/generate", "/generatevideo", "/v1/audio/transcriptions", "/v1/audio/translations"},
-		Timeout: 120 * time.Second,
+			"/v1/rerank", "/v1/classify", "/v1/decisions", "/generate", "/generatevideo", "/v1/video", "/v1/videos",
+			"/v1/audio/transcriptions", "/v1/audio/translations", "/tokenize", "/pooling"},
+		Timeout: 600 * time.Second,
 	}
 	if diff := cmp.Diff(want, o.RoutesConfig()); diff != "" {
 		t.Errorf("route configuration (-want +got):\n%s", diff)

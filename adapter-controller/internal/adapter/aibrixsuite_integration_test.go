@@ -228,6 +228,10 @@ func TestReplicasOneThenUnset(t *testing.T) {
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8000 || svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service ports %+v, clusterIP %q; want one port 8000, headless", svc.Spec.Ports, svc.Spec.ClusterIP)
 	}
+	// AIBrix labels the adapter's Service with the adapter's name under this key.
+	if got := svc.Labels["adapter.model.aibrix.ai/name"]; got != a.Name {
+		t.Errorf("Service label adapter.model.aibrix.ai/name = %q, want %q (labels %v)", got, a.Name, svc.Labels)
+	}
 	eps := &discoveryv1.EndpointSlice{}
 	if err := k8s.Get(ctx, key, eps); err != nil {
 		t.Fatalf("an EndpointSlice named after the adapter: %v", err)

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -37,7 +38,11 @@ import (
 	"github.com/loraplane/loraplane/test/testenv"
 )
 
-var k8s client.Client
+var (
+	k8s client.Client
+	// restConfig is the configuration k8s was made from (for a client that can watch).
+	restConfig *rest.Config
+)
 
 func TestMain(m *testing.M) {
 	s := runtime.NewScheme()
@@ -52,6 +57,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	cfg.QPS, cfg.Burst = 100, 200 // tests create hundreds of objects
+	restConfig = cfg
 	if k8s, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)

@@ -106,11 +106,7 @@ type observed struct {
 
 func watchAdapter(ctx context.Context, t *testing.T, ns, name string) *adapterWatch {
 	t.Helper()
-	wc, err := client.NewWithWatch(restConfig, client.Options{Scheme: k8s.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wc.Watch(ctx, &v1alpha1.ModelAdapterList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
+	w, err := k8s.Watch(ctx, &v1alpha1.ModelAdapterList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
 	if err != nil {
 		t.Fatalf("watching adapter %s: %v", name, err)
 	}
@@ -213,6 +209,11 @@ func TestAIBrixModelAdapterSuite(t *testing.T) {
 
 	t.Run("created while no pod is Ready", func(t *testing.T) {
 		scaleModel(ctx, t, ns, model, 0)
+		// Back to 3 pods whatever happens here: the next subtest needs them.
+		defer func() {
+			scaleModel(ctx, t, ns, model, 3)
+			waitModelPods(t, 120*time.Second, ns, model, 3)
+		}()
 		waitFor(t, 120*time.Second, "no pod of the model left", func() (bool, string) {
 			var pods corev1.PodList
 			if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ModelNameLabel: model}); err != nil {
@@ -234,7 +235,6 @@ func TestAIBrixModelAdapterSuite(t *testing.T) {
 			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "NoReadyPods" && c.ObservedGeneration == a.Generation, fmt.Sprintf("Scheduled %+v", c)
 		})
 		scaleModel(ctx, t, ns, model, 3)
-		waitModelPods(t, 120*time.Second, ns, model, 3)
 		adapterRunning(t, 120*time.Second, ns, name, model, 1)
 	})
 

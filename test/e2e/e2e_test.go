@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -38,11 +37,8 @@ import (
 	"github.com/loraplane/loraplane/test/testenv"
 )
 
-var (
-	k8s client.Client
-	// restConfig is the configuration k8s was made from (for a client that can watch).
-	restConfig *rest.Config
-)
+// k8s can watch too (TestAIBrixModelAdapterSuite sees every version of an adapter).
+var k8s client.WithWatch
 
 func TestMain(m *testing.M) {
 	s := runtime.NewScheme()
@@ -57,8 +53,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	cfg.QPS, cfg.Burst = 100, 200 // tests create hundreds of objects
-	restConfig = cfg
-	if k8s, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
+	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: s}); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}

@@ -37,7 +37,8 @@ import (
 	"github.com/loraplane/loraplane/test/testenv"
 )
 
-var k8s client.Client
+// k8s can watch too (TestAIBrixModelAdapterSuite sees every version of an adapter).
+var k8s client.WithWatch
 
 func TestMain(m *testing.M) {
 	s := runtime.NewScheme()
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	cfg.QPS, cfg.Burst = 100, 200 // tests create hundreds of objects
-	if k8s, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
+	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: s}); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}

@@ -449,8 +449,8 @@ func TestBaseModelMismatch(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionFalse && c.ObservedGeneration == a.Generation
 	})
 	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionScheduled)
-	if c.Reason != adapter.ReasonNoCandidates || !strings.Contains(c.Message, `1 matching pods serve another base model than "base-model"`) {
-		t.Errorf("Scheduled condition %s: %q, want %s naming the excluded pod count and the base model", c.Reason, c.Message, adapter.ReasonNoCandidates)
+	if c.Reason != adapter.ReasonNoReadyPods || !strings.Contains(c.Message, `1 matching pods serve another base model than "base-model"`) {
+		t.Errorf("Scheduled condition %s: %q, want %s naming the excluded pod count and the base model", c.Reason, c.Message, adapter.ReasonNoReadyPods)
 	}
 	if got.Status.Candidates != 0 || len(got.Status.Instances) != 0 {
 		t.Errorf("status candidates %d, instances %v; want none", got.Status.Candidates, got.Status.Instances)

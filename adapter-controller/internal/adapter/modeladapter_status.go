@@ -23,31 +23,35 @@ import (
 
 // Condition and event reasons.
 const (
-	ReasonInitialized         = "Initialized"
-	ReasonInvalidSpec         = "InvalidSpec"
-	ReasonSecretUnavailable   = "SecretUnavailable"
-	ReasonScheduled           = "Scheduled"
-	ReasonUnknownScheduler    = "UnknownSchedulerDefaultUsed"
-	ReasonNoCandidates        = "NoCandidates"
-	ReasonBound               = "Bound"
-	ReasonLoading             = "Loading"
-	ReasonLoadFailed          = "LoadFailed"
-	ReasonNotVerified         = "NotVerified"
-	ReasonResourcesCreated    = "ResourcesCreated"
-	ReasonServiceConflict     = "ServiceConflict"
-	ReasonServiceFailed       = "ServiceFailed"
-	ReasonEndpointSliceFailed = "EndpointSliceFailed"
-	ReasonReady               = "Ready"
-	ReasonPartiallyReady      = "PartiallyReady"
-	ReasonLoaded              = "Loaded"
-	ReasonUnloaded            = "Unloaded"
-	ReasonUnloadFailed        = "UnloadFailed"
-	ReasonUnloadAbandoned     = "UnloadAbandoned"
-	ReasonReloaded            = "Reloaded"
-	ReasonReloadFailed        = "ReloadFailed"
-	ReasonUpToDate            = "UpToDate"
-	ReasonRolling             = "Rolling"
-	ReasonRolloutFailed       = "RolloutFailed"
+	ReasonInitialized       = "Initialized"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonSecretUnavailable = "SecretUnavailable"
+	ReasonScheduled         = "Scheduled"
+	ReasonUnknownScheduler  = "UnknownSchedulerDefaultUsed"
+	// ReasonNoReadyPods: no candidate pod is Ready (AIBrix's reason, on Scheduled and Ready).
+	ReasonNoReadyPods = "NoReadyPods"
+	// ReasonInsufficientReadyPods: fewer candidate pods are Ready than spec.replicas asks for
+	// (AIBrix's reason, on Scheduled); the adapter is served by the pods there are meanwhile.
+	ReasonInsufficientReadyPods = "InsufficientReadyPods"
+	ReasonBound                 = "Bound"
+	ReasonLoading               = "Loading"
+	ReasonLoadFailed            = "LoadFailed"
+	ReasonNotVerified           = "NotVerified"
+	ReasonResourcesCreated      = "ResourcesCreated"
+	ReasonServiceConflict       = "ServiceConflict"
+	ReasonServiceFailed         = "ServiceFailed"
+	ReasonEndpointSliceFailed   = "EndpointSliceFailed"
+	ReasonReady                 = "Ready"
+	ReasonPartiallyReady        = "PartiallyReady"
+	ReasonLoaded                = "Loaded"
+	ReasonUnloaded              = "Unloaded"
+	ReasonUnloadFailed          = "UnloadFailed"
+	ReasonUnloadAbandoned       = "UnloadAbandoned"
+	ReasonReloaded              = "Reloaded"
+	ReasonReloadFailed          = "ReloadFailed"
+	ReasonUpToDate              = "UpToDate"
+	ReasonRolling               = "Rolling"
+	ReasonRolloutFailed         = "RolloutFailed"
 	// ReasonAIBrixRunning: the adapter is not acted on while AIBrix's controllers run.
 	ReasonAIBrixRunning = "AIBrixRunning"
 	// ReasonCRDOutdated: the installed ModelAdapter CRD drops fields of loraplane's status.
@@ -119,12 +123,16 @@ func setInstances(st *v1alpha1.ModelAdapterStatus, p *pass) {
 func setScheduled(set setCondition, p *pass) {
 	a := p.adapter
 	switch {
-	case len(p.desired) == 0:
-		msg := "No Ready pod with an IP matches the pod selector"
+	case len(p.candidates) == 0:
+		msg := "No ready backend pods available for scheduling: no Ready pod with an IP matches the pod selector"
 		if p.excluded > 0 {
 			msg += fmt.Sprintf("; %d matching pods serve another base model than %q", p.excluded, *a.Spec.BaseModel)
 		}
-		set(v1alpha1.ConditionScheduled, false, ReasonNoCandidates, msg)
+		set(v1alpha1.ConditionScheduled, false, ReasonNoReadyPods, msg)
+	case a.Spec.Replicas != nil && len(p.candidates) < int(*a.Spec.Replicas):
+		set(v1alpha1.ConditionScheduled, false, ReasonInsufficientReadyPods, fmt.Sprintf(
+			"%d ready backend pods, but spec.replicas needs %d: placed on those %d meanwhile",
+			len(p.candidates), *a.Spec.Replicas, len(p.desired)))
 	case p.unknownPolicy:
 		set(v1alpha1.ConditionScheduled, true, ReasonUnknownScheduler,
 			fmt.Sprintf("Unknown schedulerName %q; used %s: %d of %d candidates chosen", a.Spec.SchedulerName, p.policy, len(p.desired), len(p.candidates)))
@@ -158,13 +166,20 @@ func setUpToDate(set setCondition, p *pass) {
 func setReady(set setCondition, p *pass, ready bool, failMsg string) {
 	switch {
 	case ready:
-		set(v1alpha1.ConditionReady, true, ReasonReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
+		msg := fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired))
+		if r := p.adapter.Spec.Replicas; r != nil && len(p.desired) < int(*r) {
+			msg += fmt.Sprintf(" (spec.replicas asks for %d; see the Scheduled condition)", *r)
+		}
+		set(v1alpha1.ConditionReady, true, ReasonReady, msg)
 	case len(p.failures) > 0:
 		set(v1alpha1.ConditionReady, false, failReason(p), failMsg)
 	case p.rollout.pending():
 		set(v1alpha1.ConditionReady, false, ReasonRolling, fmt.Sprintf("Rolling out %s", p.adapter.Spec.ArtifactURL))
+	case len(p.candidates) == 0:
+		set(v1alpha1.ConditionReady, false, ReasonNoReadyPods, "No ready backend pods to load the adapter on")
 	case len(p.desired) == 0:
-		set(v1alpha1.ConditionReady, false, ReasonNoCandidates, "No pod to load the adapter on")
+		set(v1alpha1.ConditionReady, false, ReasonPartiallyReady, fmt.Sprintf(
+			"Not placed on any of the %d candidates: %d pods that hold it are kept while not Ready", len(p.candidates), len(p.kept)))
 	default:
 		set(v1alpha1.ConditionReady, false, ReasonPartiallyReady, fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired)))
 	}

@@ -157,7 +157,10 @@ func TestComputeStatus(t *testing.T) {
 		"partially loaded": {pass: func(p *pass) {
 			p.candidates, p.desired, p.instances, p.resourcesReady = pods("x", "y"), pods("x", "y"), pods("x"), true
 		}, phase: v1alpha1.ModelAdapterResourceCreated, ready: metav1.ConditionFalse, reason: ReasonPartiallyReady, instances: "x"},
-		"no candidates": {pass: func(_ *pass) {}, phase: v1alpha1.ModelAdapterPending, ready: metav1.ConditionFalse, reason: ReasonNoCandidates},
+		"no candidates": {pass: func(_ *pass) {}, phase: v1alpha1.ModelAdapterPending, ready: metav1.ConditionFalse, reason: ReasonNoReadyPods},
+		"only holders kept while not Ready": {pass: func(p *pass) {
+			p.candidates, p.kept = pods("x"), pods("y")
+		}, phase: v1alpha1.ModelAdapterPending, ready: metav1.ConditionFalse, reason: ReasonPartiallyReady},
 		"failed past the limit": {pass: func(p *pass) {
 			p.candidates, p.desired = pods("x"), pods("x")
 			p.failures["x"] = podError{err: disabled, failures: 5}
@@ -210,5 +213,53 @@ func TestComputeStatus(t *testing.T) {
 		if c.Type == v1alpha1.ConditionScheduled && (c.Reason != ReasonUnknownScheduler || !strings.Contains(c.Message, `"volcano"`)) {
 			t.Errorf("Scheduled = %+v, want the unknown scheduler named", c)
 		}
+	}
+}
+
+// TestScheduledCondition: the Scheduled and Ready conditions while too few pods are Ready,
+// with AIBrix's reasons: NoReadyPods without any, InsufficientReadyPods with fewer than
+// spec.replicas (the adapter served by those meanwhile, so Ready may be True).
+func TestScheduledCondition(t *testing.T) {
+	tests := map[string]struct {
+		replicas            *int32
+		candidates, loaded  []string
+		scheduled, ready    metav1.ConditionStatus
+		scheduledReason     string
+		readyReason, inText string
+	}{
+		"none ready, replicas 1": {replicas: ptr.To[int32](1),
+			scheduled: metav1.ConditionFalse, scheduledReason: ReasonNoReadyPods, ready: metav1.ConditionFalse, readyReason: ReasonNoReadyPods,
+			inText: "No ready backend pods available for scheduling"},
+		"none ready, on every pod": {
+			scheduled: metav1.ConditionFalse, scheduledReason: ReasonNoReadyPods, ready: metav1.ConditionFalse, readyReason: ReasonNoReadyPods,
+			inText: "No ready backend pods available for scheduling"},
+		"fewer ready than replicas": {replicas: ptr.To[int32](3), candidates: []string{"x"}, loaded: []string{"x"},
+			scheduled: metav1.ConditionFalse, scheduledReason: ReasonInsufficientReadyPods, ready: metav1.ConditionTrue, readyReason: ReasonReady,
+			inText: "1 ready backend pods, but spec.replicas needs 3"},
+		"as many ready as replicas": {replicas: ptr.To[int32](2), candidates: []string{"x", "y"}, loaded: []string{"x", "y"},
+			scheduled: metav1.ConditionTrue, scheduledReason: ReasonScheduled, ready: metav1.ConditionTrue, readyReason: ReasonReady,
+			inText: "2 of 2 candidates chosen"},
+		"on every pod": {candidates: []string{"x"},
+			scheduled: metav1.ConditionTrue, scheduledReason: ReasonScheduled, ready: metav1.ConditionFalse, readyReason: ReasonPartiallyReady,
+			inText: "1 of 1 candidates chosen"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := newPass(&v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Name: "a", Generation: 2}, Spec: v1alpha1.ModelAdapterSpec{Replicas: tc.replicas}})
+			p.policy = PolicyLeastAdapters
+			p.candidates, p.desired, p.instances, p.resourcesReady = pods(tc.candidates...), pods(tc.candidates...), pods(tc.loaded...), true
+			st := computeStatus(p)
+			got := map[string]metav1.Condition{}
+			for _, c := range st.Conditions {
+				got[c.Type] = c
+			}
+			s, r := got[v1alpha1.ConditionScheduled], got[v1alpha1.ConditionReady]
+			if s.Status != tc.scheduled || s.Reason != tc.scheduledReason || !strings.Contains(s.Message, tc.inText) || s.ObservedGeneration != 2 {
+				t.Errorf("Scheduled = %+v, want %s/%s with %q at generation 2", s, tc.scheduled, tc.scheduledReason, tc.inText)
+			}
+			if r.Status != tc.ready || r.Reason != tc.readyReason {
+				t.Errorf("Ready = %+v, want %s/%s", r, tc.ready, tc.readyReason)
+			}
+		})
 	}
 }

@@ -179,7 +179,7 @@ func desiredService(a *v1alpha1.ModelAdapter, port int32) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: a.Name, Namespace: a.Namespace,
-			Labels: map[string]string{ManagedByLabel: ManagedByValue, v1alpha1.ModelNameLabel: a.Name},
+			Labels: map[string]string{ManagedByLabel: ManagedByValue, v1alpha1.ModelNameLabel: a.Name, v1alpha1.AdapterNameLabel: a.Name},
 		},
 		Spec: corev1.ServiceSpec{
 			ClusterIP: corev1.ClusterIPNone,

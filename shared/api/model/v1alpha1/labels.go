@@ -17,6 +17,9 @@ const (
 	EngineLabel = "model.aibrix.ai/engine"
 	// AdapterEnabledLabel marks pods that accept LoRA adapters.
 	AdapterEnabledLabel = "adapter.model.aibrix.ai/enabled"
+	// AdapterNameLabel, on the Service the adapter-controller publishes for a ModelAdapter,
+	// is the adapter's name (as on AIBrix's).
+	AdapterNameLabel = "adapter.model.aibrix.ai/name"
 	// ServiceNameAnnotation overrides the Service a workload's route points at.
 	ServiceNameAnnotation = "model.aibrix.ai/service-name"
 	// CustomPathsAnnotation adds comma-separated path prefixes to a workload's route.

@@ -162,7 +162,7 @@ func claimant(ns, name, model, svc string) *appsv1.Deployment {
 
 // TestModelRouterLifecycle: the user-visible checks of AIBrix's newest ModelRouter lifecycle
 // e2e suite (test/e2e/controller/modelrouter, read at AIBrix 93a661b), made against
-// loraplane's router with its default flags; docs/compatibility-modelrouter.md lists where
+// loraplane's router with its default flags; docs/compatibility.md#modelrouter lists where
 // ours deliberately differs (its ReferenceGrant is scoped, a ModelAdapter is routed under its
 // own name to its own Service).
 //

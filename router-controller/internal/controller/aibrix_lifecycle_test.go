@@ -21,7 +21,7 @@ import (
 // The route behaviours an AIBrix user relies on, as AIBrix's newest model router
 // (pkg/controller/modelrouter) and its ModelRouter lifecycle e2e suite
 // (test/e2e/controller/modelrouter) show them, each checked against this router with its
-// default flags. docs/compatibility-modelrouter.md lists them beside AIBrix's.
+// default flags. docs/compatibility.md#modelrouter lists them beside AIBrix's.
 
 // aibrixNewestPaths are the path prefixes of AIBrix's newest model routes, written out (not
 // routes.DefaultPaths) so that a changed default fails here.

@@ -33,9 +33,31 @@ samples_up() {
 }
 poll 120 1 samples_up || { echo "The adapter or the routes did not come up within 120s; logs in $dir" >&2; exit 1; }
 
-sync_durations() { # metrics-url
-  curl -fsS "$1" | awk '/^loraplane_cache_sync_duration_seconds_sum/ {
-    match($0, /kind="[^"]*"/); kind = substr($0, RSTART + 6, RLENGTH - 7); printf "    %-16s %.3fs\n", kind, $2 }'
+# startup_stages METRICS_URL: both stages of startup per kind: the informer's initial list
+# (loraplane_cache_sync_duration_seconds) and each controller's event handlers receiving it
+# (loraplane_handler_sync_duration_seconds, mean over the controller's handlers of the kind).
+startup_stages() {
+  curl -fsS "$1" | stage_table
+}
+stage_table() {
+  awk '
+    function label(name,   s) {
+      if (!match($0, name "=\"[^\"]*\"")) return ""
+      s = substr($0, RSTART + length(name) + 2, RLENGTH - length(name) - 3); return s
+    }
+    /^loraplane_cache_sync_duration_seconds_sum/ { k = label("kind"); inf[k] = $2; kinds[k] = 1 }
+    /^loraplane_handler_sync_duration_seconds_sum/ {
+      k = label("kind"); r = label("reconciler"); hsum[k, r] += $2; kinds[k] = 1
+      if (!((k, r) in seen)) { seen[k, r] = 1; recs[k] = recs[k] (recs[k] != "" ? " " : "") r }
+    }
+    /^loraplane_handler_sync_duration_seconds_count/ { hcount[label("kind"), label("reconciler")] += $2 }
+    END {
+      for (k in kinds) {
+        h = ""; n = split(recs[k], rs, " ")
+        for (i = 1; i <= n; i++) h = h sprintf("%s%.3fs (%s)", i > 1 ? ", " : "", hsum[k, rs[i]] / hcount[k, rs[i]], rs[i])
+        printf "    %-16s informer %.3fs   handlers %s\n", k, inf[k], h == "" ? "-" : h
+      }
+    }' | sort
 }
 
 cat <<TXT
@@ -51,11 +73,12 @@ $(kubectl get referencegrants -A | sed 's/^/  /')
 Engines (fake vLLM on the pods' loopback IPs):
 $(curl -fsS http://127.0.0.1:19400/engines | jq -r '.[] | "  \(.pod) \(.ip):\(.port) loaded=\(.loaded)"')
 
-Cache sync per resource:
-  adapter-controller (startup $(curl -fsS http://127.0.0.1:18080/metrics | awk '/^loraplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
-$(sync_durations http://127.0.0.1:18080/metrics)
-  router-controller (startup $(curl -fsS http://127.0.0.1:18090/metrics | awk '/^loraplane_startup_duration_seconds/ {printf "%.2fs", $2}')):
-$(sync_durations http://127.0.0.1:18090/metrics)
+Startup per kind: informer synced (initial list in the cache), then each controller's event
+handlers received that list (readiness waits for both):
+  adapter-controller (caches synced $(curl -fsS http://127.0.0.1:18080/metrics | awk '/^loraplane_startup_duration_seconds/ {printf "%.2fs", $2}') after process start):
+$(startup_stages http://127.0.0.1:18080/metrics)
+  router-controller (caches synced $(curl -fsS http://127.0.0.1:18090/metrics | awk '/^loraplane_startup_duration_seconds/ {printf "%.2fs", $2}') after process start):
+$(startup_stages http://127.0.0.1:18090/metrics)
 
 Prometheus API:  curl 'http://127.0.0.1:19090/api/v1/query?query=loraplane_cache_sync_duration_seconds_sum'
                  (built from its Go module without the web UI)

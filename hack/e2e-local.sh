@@ -54,13 +54,15 @@ export E2E_REPO_ROOT=$root
   go test -tags e2e -count=1 -timeout 25m -json -run "${E2E_RUN:-.}" ./ 2>&1 |
   "$art/skipcheck" -expected skips/kwok.txt) | tee "$art/e2e.log"
 
-echo "Querying Prometheus for both controllers' cache sync metrics"
-both_scraped() {
-  jobs=$(curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=count by (job) (loraplane_cache_sync_duration_seconds_count)' |
+echo "Querying Prometheus for both controllers' startup stage metrics (informer sync, handler delivery)"
+both_scraped() { # family
+  jobs=$(curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode "query=count by (job) ($1)" |
     jq -r '.data.result[].metric.job' | sort | tr '\n' ' ')
   [ "$jobs" = "adapter-controller router-controller " ]
 }
-poll 30 1 both_scraped || { echo "Prometheus has sync metrics for: '$jobs'; want both controllers" >&2; exit 1; }
-curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query=loraplane_cache_sync_duration_seconds_count' |
-  jq -r '.data.result[] | "\(.metric.job) \(.metric.kind) \(.value[1])"' | tee "$art/prometheus-scrape.txt"
+for family in loraplane_cache_sync_duration_seconds_count loraplane_handler_sync_duration_seconds_count; do
+  poll 30 1 both_scraped "$family" || { echo "Prometheus has $family for: '$jobs'; want both controllers" >&2; exit 1; }
+done
+curl -fsS "http://$PROMETHEUS/api/v1/query" --data-urlencode 'query={__name__=~"loraplane_(cache|handler)_sync_duration_seconds_count"}' |
+  jq -r '.data.result[] | "\(.metric.job) \(.metric.__name__) \(.metric.reconciler // "") \(.metric.kind) \(.value[1])"' | sort | tee "$art/prometheus-scrape.txt"
 echo "e2e-local: passed"

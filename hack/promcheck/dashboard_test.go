@@ -80,7 +80,8 @@ func TestDashboard(t *testing.T) {
 	// What the dashboard is for (docs/monitoring.md): each of these is on it.
 	for _, m := range []string{
 		"loraplane_cache_sync_duration_seconds_bucket", "loraplane_cache_objects", "loraplane_cache_watch_errors_total",
-		"loraplane_cache_synced", "loraplane_startup_duration_seconds", "loraplane_adapters", "loraplane_adapter_loads_total",
+		"loraplane_cache_synced", "loraplane_startup_duration_seconds", "loraplane_handler_sync_duration_seconds_bucket",
+		"loraplane_handler_synced", "loraplane_adapters", "loraplane_adapter_loads_total",
 		"loraplane_adapter_unloads_total", "loraplane_engine_request_duration_seconds_bucket", "loraplane_adapter_instances",
 		"loraplane_routes", "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
 	} {

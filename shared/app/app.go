@@ -14,9 +14,11 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -97,20 +99,29 @@ func New(o *Options, c Config) (*App, error) {
 		}
 	}
 	gate, err := syncgate.New(syncgate.Options{
-		Controller:   c.Controller,
-		Timeout:      o.CacheSyncTimeout,
-		ProcessStart: processStart,
+		Controller:      c.Controller,
+		Timeout:         o.CacheSyncTimeout,
+		ProcessStart:    processStart,
+		SlowHandlerSync: o.SlowHandlerSyncThreshold,
 	})
 	if err != nil {
 		return nil, err
 	}
 	shutdown := o.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		NewCache:                gate.NewCache,
-		Scheme:                  c.Scheme,
-		Logger:                  logger,
-		Cache:                   cacheOpts,
-		Metrics:                 metricsOpts,
+		NewCache: gate.NewCache,
+		Scheme:   c.Scheme,
+		Logger:   logger,
+		Cache:    cacheOpts,
+		Metrics:  metricsOpts,
+		// Controllers warm up: once the caches synced, every replica (standbys too) starts
+		// their sources and has their handlers receive the initial lists, within the start
+		// timeout; readiness waits for it (syncgate), and a new leader starts its workers at
+		// once.
+		Controller: config.Controller{
+			CacheSyncTimeout: o.ControllerStartTimeout,
+			EnableWarmup:     ptr.To(true),
+		},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		PprofBindAddress:        o.PprofBindAddress,
 		LeaderElection:          o.LeaderElect,

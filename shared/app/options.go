@@ -36,6 +36,7 @@ type Options struct {
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
 	CacheSyncTimeout        time.Duration
+	ControllerStartTimeout  time.Duration
 	GracefulShutdownTimeout time.Duration
 	WatchNamespaces         []string
 	QPS                     float64
@@ -44,6 +45,9 @@ type Options struct {
 	// "namespace/name"; while one is held and renewed the take-over from AIBrix waits
 	// (package aibrix). None turns the check off.
 	AIBrixControllerLeases []string
+	// SlowHandlerSyncThreshold is how long a controller's event handler may take to receive
+	// its initial list before it is logged and reported slow (not a flag; tests shorten it).
+	SlowHandlerSyncThreshold time.Duration
 }
 
 // NewOptions returns the defaults for the named controller.
@@ -57,10 +61,13 @@ func NewOptions(controller string) *Options {
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
 		CacheSyncTimeout:        syncgate.DefaultTimeout,
+		ControllerStartTimeout:  syncgate.DefaultTimeout,
 		GracefulShutdownTimeout: 30 * time.Second,
 		QPS:                     50,
 		Burst:                   100,
 		AIBrixControllerLeases:  []string{aibrix.ControllerManagerLease},
+
+		SlowHandlerSyncThreshold: syncgate.DefaultSlowHandlerSync,
 	}
 }
 
@@ -79,6 +86,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before giving up leadership.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "Interval between leader election attempts.")
 	fs.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long each informer cache may take to sync before the process exits with the cause.")
+	fs.DurationVar(&o.ControllerStartTimeout, "controller-start-timeout", o.ControllerStartTimeout,
+		"Once the caches synced: how long each watch of a controller may take to register its event handler and have it receive every object of the initial list "+
+			"(controller-runtime's CacheSyncTimeout; a slow mapping function makes this long) before the process exits naming the controller and kind.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout, "How long running work may take to finish on shutdown.")
 	fs.Func("watch-namespace", "Comma-separated namespaces to watch (default: all).", func(s string) error {
 		o.WatchNamespaces = SplitList(s)
@@ -125,6 +135,9 @@ func (o *Options) Validate() error {
 	}
 	if o.CacheSyncTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--cache-sync-timeout must be positive, got %s", o.CacheSyncTimeout))
+	}
+	if o.ControllerStartTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--controller-start-timeout must be positive, got %s", o.ControllerStartTimeout))
 	}
 	if o.GracefulShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout must not be negative, got %s", o.GracefulShutdownTimeout))

@@ -20,6 +20,7 @@ func TestOptionsFlagsAndValidation(t *testing.T) {
 		"bad port":            {args: []string{"--health-probe-bind-address=:99999"}, wantErr: []string{`invalid port "99999"`}},
 		"probes disabled":     {args: []string{"--health-probe-bind-address=0"}, wantErr: []string{"must not be disabled"}},
 		"zero sync timeout":   {args: []string{"--cache-sync-timeout=0s"}, wantErr: []string{"--cache-sync-timeout must be positive"}},
+		"zero start timeout":  {args: []string{"--controller-start-timeout=0s"}, wantErr: []string{"--controller-start-timeout must be positive"}},
 		"bad lease timings":   {args: []string{"--leader-elect", "--leader-elect-renew-deadline=20s"}, wantErr: []string{"lease duration (15s) > renew deadline (20s)"}},
 		"bad election id":     {args: []string{"--leader-elect", "--leader-election-id=Not_Valid"}, wantErr: []string{`--leader-election-id "Not_Valid"`}},
 		"bad namespace":       {args: []string{"--watch-namespace=ok,Bad_NS"}, wantErr: []string{`--watch-namespace "Bad_NS"`}},
@@ -59,13 +60,13 @@ func TestOptionsParsing(t *testing.T) {
 	o := NewOptions("x")
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	o.AddFlags(fs)
-	if err := fs.Parse([]string{"--watch-namespace= a,,b ", "--cache-sync-timeout=45s"}); err != nil {
+	if err := fs.Parse([]string{"--watch-namespace= a,,b ", "--cache-sync-timeout=45s", "--controller-start-timeout=5m"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(o.WatchNamespaces, "|"); got != "a|b" {
 		t.Errorf("namespaces = %q, want a|b", got)
 	}
-	if o.CacheSyncTimeout != 45*time.Second || o.LeaderElectionID != "x.loraplane.io" {
+	if o.CacheSyncTimeout != 45*time.Second || o.ControllerStartTimeout != 5*time.Minute || o.LeaderElectionID != "x.loraplane.io" {
 		t.Errorf("unexpected options: %+v", o)
 	}
 }

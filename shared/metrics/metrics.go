@@ -20,9 +20,27 @@ const (
 	LabelVersion    = "version"
 	LabelKind       = "kind"
 	LabelReason     = "reason"
+	// LabelReconciler names a controller-runtime controller of the binary (what
+	// controller-runtime's own metrics call "controller").
+	LabelReconciler = "reconciler"
+	// LabelName, LabelResource: the informer identity of upstream client-go's informer
+	// metrics (KEP-4346): the informer's name, and the API resource (plural) it lists.
+	LabelName     = "name"
+	LabelResource = "resource"
 )
 
-var resourceLabels = []string{LabelController, LabelGroup, LabelVersion, LabelKind}
+var (
+	resourceLabels = []string{LabelController, LabelGroup, LabelVersion, LabelKind}
+	handlerLabels  = []string{LabelController, LabelReconciler, LabelGroup, LabelVersion, LabelKind}
+	informerLabels = []string{LabelName, LabelGroup, LabelVersion, LabelResource}
+)
+
+// syncBuckets are the buckets of the per-resource and per-handler sync histograms.
+var syncBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300}
+
+// informerInitBuckets are those of upstream's informer_initialization_duration_seconds
+// (kubernetes PR 142312), which took them from apiserver_watch_cache_initialization_duration_seconds.
+var informerInitBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600}
 
 // NewCounterVec returns the counter vector loraplane_<name>. Both binaries declare their
 // metrics through these constructors, so every name carries the project's namespace and a
@@ -46,7 +64,31 @@ var (
 	// informer's initial list being complete.
 	CacheSyncDuration = NewHistogramVec("cache_sync_duration_seconds",
 		"Time from the start of the cache sync wait until the informer of the resource held its initial list.",
-		[]float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 180, 300}, resourceLabels...)
+		syncBuckets, resourceLabels...)
+
+	// InformerInitDuration is the informer stage again, under the name and labels upstream
+	// client-go proposes for it (informer_initialization_duration_seconds{name,group,version,
+	// resource}, KEP-4346, alpha): name is the binary, group the API group ("" for the core
+	// group, as upstream has it), resource the plural resource name. Same observation as
+	// CacheSyncDuration, upstream's buckets; prefixed loraplane_ so that it never collides with
+	// client-go's own once that is exported.
+	InformerInitDuration = NewHistogramVec("informer_initialization_duration_seconds",
+		"Time from the start of the cache sync wait until the informer held its initial list (the informer stage only, without handler delivery; upstream client-go's proposed informer_initialization_duration_seconds, prefixed).",
+		informerInitBuckets, informerLabels...)
+
+	// HandlerSyncDuration observes, per event handler a controller registers, the time from
+	// its registration until it has received every object of the informer's initial list
+	// (the handler registration's HasSynced, which controller-runtime waits for before
+	// starting the controller's workers).
+	HandlerSyncDuration = NewHistogramVec("handler_sync_duration_seconds",
+		"Time from the registration of a controller's event handler on the informer of the kind until the handler had received every object of the initial list (one observation per handler).",
+		syncBuckets, handlerLabels...)
+
+	// HandlerSynced is 1 once every event handler the controller registered for the kind has
+	// received the initial list, 0 while one is still receiving it.
+	HandlerSynced = NewGaugeVec("handler_synced",
+		"1 when every event handler the controller (reconciler) registered on the informer of the kind has received every object of the initial list, 0 while one is still receiving it.",
+		handlerLabels...)
 
 	// CacheSynced is 1 once the informer of the resource is synced, 0 before and for skipped
 	// optional resources.
@@ -82,7 +124,8 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(CacheSyncDuration, CacheSynced, CacheSkipped,
-			CacheWatchErrors, StartupDuration, CacheObjects)
+			CacheWatchErrors, StartupDuration, CacheObjects, InformerInitDuration,
+			HandlerSyncDuration, HandlerSynced)
 	})
 }
 
@@ -99,6 +142,26 @@ func (l ResourceLabels) Values() []string {
 		group = "core"
 	}
 	return []string{l.Controller, group, l.GVK.Version, l.GVK.Kind}
+}
+
+// InformerValues returns the label values of InformerInitDuration: the informer's name (the
+// binary), its API group as upstream has it ("" for the core group), version and resource.
+func InformerValues(name string, gvr schema.GroupVersionResource) []string {
+	return []string{name, gvr.Group, gvr.Version, gvr.Resource}
+}
+
+// HandlerLabels identifies the event handlers one controller-runtime controller (the
+// reconciler) of a binary registered on the informer of one kind.
+type HandlerLabels struct {
+	Controller string
+	Reconciler string
+	GVK        schema.GroupVersionKind
+}
+
+// Values returns the label values in the order of the handler label names.
+func (l HandlerLabels) Values() []string {
+	r := ResourceLabels{Controller: l.Controller, GVK: l.GVK}.Values()
+	return append([]string{r[0], l.Reconciler}, r[1:]...)
 }
 
 // objectCollector computes loraplane_cache_objects at scrape time from the registered

@@ -71,3 +71,48 @@ loraplane_startup_duration_seconds{controller="expo"} 1.5
 		t.Fatalf("metric lint: %v %v", problems, err)
 	}
 }
+
+// TestStartupStageMetrics: the informer stage under upstream's names and labels (group ""
+// for the core group, the plural resource), the handler stage per controller and kind.
+func TestStartupStageMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(InformerInitDuration, HandlerSyncDuration, HandlerSynced)
+	InformerInitDuration.WithLabelValues(InformerValues("stages", schema.GroupVersionResource{Version: "v1", Resource: "pods"})...).Observe(0.3)
+	h := HandlerLabels{Controller: "stages", Reconciler: "modeladapter", GVK: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}}
+	HandlerSyncDuration.WithLabelValues(h.Values()...).Observe(2)
+	HandlerSynced.WithLabelValues(h.Values()...).Set(1)
+
+	want := `
+# HELP loraplane_handler_synced 1 when every event handler the controller (reconciler) registered on the informer of the kind has received every object of the initial list, 0 while one is still receiving it.
+# TYPE loraplane_handler_synced gauge
+loraplane_handler_synced{controller="stages",group="core",kind="Pod",reconciler="modeladapter",version="v1"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loraplane_handler_synced"); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[f.GetName()] = strings.Join(labels, ",")
+		}
+	}
+	for family, labels := range map[string]string{
+		"loraplane_informer_initialization_duration_seconds": "group=,name=stages,resource=pods,version=v1",
+		"loraplane_handler_sync_duration_seconds":            "controller=stages,group=core,kind=Pod,reconciler=modeladapter,version=v1",
+	} {
+		if got[family] != labels {
+			t.Errorf("%s labels: got %q, want %q", family, got[family], labels)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("metric lint: %v %v", problems, err)
+	}
+}

@@ -24,6 +24,10 @@ const (
 	ReasonUnreachable Reason = "unreachable"
 	// ReasonOther: anything else.
 	ReasonOther Reason = "other"
+	// ReasonSlowHandler: the informer had synced, but a controller's event handler had not
+	// received every object of its initial list in time (a slow mapping function or
+	// predicate). Classify never returns it: it names a delivery that timed out, not an error.
+	ReasonSlowHandler Reason = "slow-handler"
 )
 
 // Classify returns the cause of a list/watch or discovery error. It looks only at typed

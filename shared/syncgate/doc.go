@@ -22,6 +22,19 @@
 // the last list/watch error; liveness is unaffected. Caches are not subject to leader
 // election, so standby replicas sync and become ready too, and fail over warm.
 //
+// Synced informers are the first stage of a controller's start; the second is its event
+// handlers receiving every object of the initial list (controller-runtime waits for that
+// before it starts the workers, within its CacheSyncTimeout), which a slow mapping function
+// makes long. Once the gate opened, every controller added to the gated manager warms up
+// (controller-runtime's EnableWarmup) on every replica, and readiness stays false until its
+// handlers have their initial lists; /readyz/<resource> names the controllers still receiving
+// that resource's list and how far they got, a handler slower than Options.SlowHandlerSync is
+// logged, and a controller that does not start in time fails the process with a
+// *DeliveryError naming it and each kind with its cause (delivery.go). Both stages are
+// measured per resource: loraplane_cache_sync_duration_seconds (and the same under upstream
+// client-go's name, loraplane_informer_initialization_duration_seconds) and
+// loraplane_handler_sync_duration_seconds.
+//
 // Calling cache.WaitForCacheSync before mgr.Start blocks forever, which is the deadlock this
 // package exists to prevent: nothing here blocks before Start, and WaitOpen called before
 // Start returns ErrNotStarted instead of waiting.

@@ -44,6 +44,9 @@ type Options struct {
 	// RetryInterval is the pause between attempts to register a resource whose discovery
 	// failed before start (default 1s).
 	RetryInterval time.Duration
+	// SlowHandlerSync is how long a controller's event handler may take to receive the
+	// initial list of its kind before a log line and readiness name it slow (default 10s).
+	SlowHandlerSync time.Duration
 	// Clock is injected for tests (default: the real clock).
 	Clock clock.Clock
 }
@@ -60,6 +63,10 @@ type Gate struct {
 	// byGVK holds the resources too, for the informer constructor, which runs under the
 	// cache's lock and so must not take mu (Register holds it while creating informers).
 	byGVK sync.Map // schema.GroupVersionKind -> *tracked
+	// controllers are the controller-runtime controllers added to the gated manager.
+	controllers []*ctrlDelivery
+	// gaugeMu orders the updates of loraplane_handler_synced.
+	gaugeMu sync.Mutex
 
 	open    chan struct{}
 	failed  chan struct{}
@@ -80,6 +87,9 @@ func New(opts Options) (*Gate, error) {
 	}
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = time.Second
+	}
+	if opts.SlowHandlerSync <= 0 {
+		opts.SlowHandlerSync = DefaultSlowHandlerSync
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -174,7 +184,7 @@ func (g *Gate) Register(ctx context.Context, resources ...Resource) error {
 				return fmt.Errorf("sync gate: %s is declared twice", GVKString(gvk))
 			}
 		}
-		t := &tracked{res: r, gvk: gvk, labels: metrics.ResourceLabels{Controller: g.opts.Controller, GVK: gvk}}
+		t := &tracked{res: r, gvk: gvk, labels: metrics.ResourceLabels{Controller: g.opts.Controller, GVK: gvk}, clock: g.opts.Clock}
 		metrics.CacheSynced.WithLabelValues(t.labels.Values()...).Set(0)
 		metrics.CacheSkipped.WithLabelValues(t.labels.Values()...).Set(0)
 		for _, reason := range []Reason{ReasonForbidden, ReasonNotFound, ReasonUnreachable, ReasonOther} {
@@ -205,9 +215,11 @@ func (g *Gate) Register(ctx context.Context, resources ...Resource) error {
 
 // register resolves the resource and creates its informer without blocking.
 func (g *Gate) register(ctx context.Context, t *tracked) error {
-	if _, err := g.mgr.GetRESTMapper().RESTMapping(t.gvk.GroupKind(), t.gvk.Version); err != nil {
+	mapping, err := g.mgr.GetRESTMapper().RESTMapping(t.gvk.GroupKind(), t.gvk.Version)
+	if err != nil {
 		return err
 	}
+	t.setResource(mapping.Resource)
 	inf, err := g.mgr.GetCache().GetInformer(ctx, t.res.Object, cache.BlockUntilSynced(false))
 	if err != nil {
 		return err
@@ -224,7 +236,9 @@ func (g *Gate) register(ctx context.Context, t *tracked) error {
 	}
 	if s, ok := inf.(interface{ GetStore() toolscache.Store }); ok {
 		store := s.GetStore()
-		metrics.CacheObjects.Set(t.labels, func() int { return len(store.ListKeys()) })
+		count := func() int { return len(store.ListKeys()) }
+		metrics.CacheObjects.Set(t.labels, count)
+		t.setObjectCount(count)
 	}
 	t.setInformer(inf)
 	return nil
@@ -364,24 +378,37 @@ func (g *Gate) waitOne(ctx context.Context, t *tracked, start time.Time) {
 	took := g.opts.Clock.Since(start)
 	t.markSynced()
 	metrics.CacheSyncDuration.WithLabelValues(t.labels.Values()...).Observe(took.Seconds())
+	metrics.InformerInitDuration.WithLabelValues(metrics.InformerValues(g.opts.Controller, t.resource())...).Observe(took.Seconds())
 	metrics.CacheSynced.WithLabelValues(t.labels.Values()...).Set(1)
 	metrics.CacheSkipped.WithLabelValues(t.labels.Values()...).Set(0)
 	g.log.V(2).Info("Cache synced", "group", t.gvk.Group, "version", t.gvk.Version, "kind", t.gvk.Kind, "took", took)
 }
 
+// fail records the first failure (a cache that did not sync, or a controller that did not
+// start) and closes failed.
 func (g *Gate) fail(err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	select {
+	case <-g.failed:
+		return
+	default:
+	}
 	g.failErr = err
 	close(g.failed)
 }
 
+// readyCheck backs the "sync-gate" readiness check: the caches (first stage), then every
+// controller's event handlers (second stage).
 func (g *Gate) readyCheck(_ *http.Request) error {
 	select {
-	case <-g.open:
-		return nil
 	case <-g.failed:
 		return g.failErr
+	default:
+	}
+	select {
+	case <-g.open:
+		return g.deliveryCheck()
 	default:
 	}
 	var pending []string

@@ -22,12 +22,17 @@ type gatedManager struct {
 }
 
 // Add holds the runnable back until the gate opens. Caches, HTTP servers and webhook
-// servers are not held back: the gate itself needs them running.
+// servers are not held back: the gate itself needs them running. A controller-runtime
+// controller warms up once the gate opened (on every replica) and readiness waits until its
+// event handlers have received their initial lists (delivery.go).
 func (m *gatedManager) Add(r manager.Runnable) error {
 	switch r.(type) {
 	case interface{ GetCache() cache.Cache }, *manager.Server, webhook.Server:
 		// Caches and servers: the gate itself needs them running.
 		return m.Manager.Add(r)
+	}
+	if c := m.gate.addController(r); c != nil {
+		return m.Manager.Add(&gatedController{gatedRunnable: gatedRunnable{inner: r, gate: m.gate}, ctrl: c})
 	}
 	return m.Manager.Add(&gatedRunnable{inner: r, gate: m.gate})
 }
@@ -89,7 +94,8 @@ func (r *gatedRunnable) NeedLeaderElection() bool {
 }
 
 // declaredCache refuses to create informers for resources that were not registered with the
-// gate, so no controller can wait on (or act on) a cache the gate did not sync.
+// gate, so no controller can wait on (or act on) a cache the gate did not sync. The sources of
+// a gated controller get informers that track the event handlers registered on them.
 type declaredCache struct {
 	cache.Cache
 	gate *Gate
@@ -101,16 +107,35 @@ func (c *declaredCache) GetInformer(ctx context.Context, obj client.Object, opts
 		return nil, err
 	}
 	if err := c.gate.declared(gvk, formOf(obj)); err != nil {
-		return nil, err
+		return nil, c.watched(ctx, gvk, nil, err)
 	}
-	return c.Cache.GetInformer(ctx, obj, opts...)
+	inf, err := c.Cache.GetInformer(ctx, obj, opts...)
+	return inf, c.watched(ctx, gvk, &inf, err)
 }
 
 func (c *declaredCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
 	if err := c.gate.declared(gvk, formTyped); err != nil {
-		return nil, err
+		return nil, c.watched(ctx, gvk, nil, err)
 	}
-	return c.Cache.GetInformerForKind(ctx, gvk, opts...)
+	inf, err := c.Cache.GetInformerForKind(ctx, gvk, opts...)
+	return inf, c.watched(ctx, gvk, &inf, err)
+}
+
+// watched wraps the informer a controller's source asked for (ctx carries the controller)
+// so that the handlers it adds are tracked, and records a failed lookup as the controller's;
+// it returns err.
+func (c *declaredCache) watched(ctx context.Context, gvk schema.GroupVersionKind, inf *cache.Informer, err error) error {
+	ctrl := controllerFrom(ctx)
+	switch {
+	case ctrl == nil:
+	case err != nil:
+		ctrl.recordLookup(gvk, err)
+	default:
+		if t := c.gate.lookup(gvk); t != nil {
+			*inf = &watchedInformer{Informer: *inf, gate: c.gate, ctrl: ctrl, res: t, ctx: ctx}
+		}
+	}
+	return err
 }
 
 type form string

@@ -115,6 +115,7 @@ func (g *Gate) stop(ctx context.Context, t *tracked) {
 	}
 	t.setInformer(nil)
 	metrics.CacheObjects.Delete(t.labels)
+	g.dropHandlers(t)
 }
 
 // optional returns the tracked optional resource of obj once the gate is open.

@@ -375,10 +375,11 @@ func hasKind(d Discovery, gv schema.GroupVersion, kind string) (bool, error) {
 }
 
 // optionalSource is the controller's source of an optional kind. It watches the kind while
-// its cache is synced: from the controller's start when the kind was watched then, or from
-// the moment the re-check activated it; it stops when the kind is deactivated, and starts
-// again with a new informer if the kind comes back. On a standby replica, whose controller
-// has not started, watch does nothing: the controller starts the watch when it starts.
+// its cache is synced: from the start of the controller's sources when the kind was watched
+// then, or from the moment the re-check activated it; it stops when the kind is deactivated,
+// and starts again with a new informer if the kind comes back. The controller's sources start
+// when it warms up, on every replica (standbys too) once the gate opened; before that, watch
+// does nothing and the sources' start starts the watch.
 type optionalSource struct {
 	kind SourceKind
 	// watched reports whether the kind's cache is synced now.
@@ -398,7 +399,7 @@ type optionalSource struct {
 
 var _ source.TypedSyncingSource[Key] = (*optionalSource)(nil)
 
-// Start is called once, when the controller starts (on the leader).
+// Start is called once, when the controller's sources start (its warmup, on every replica).
 func (s *optionalSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

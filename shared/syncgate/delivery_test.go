@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/loraplane/loraplane/shared/app"
 	"github.com/loraplane/loraplane/shared/syncgate"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 // The second stage of startup: once the informers have synced, each controller's event
@@ -238,48 +238,6 @@ func TestWarmStandbyFailover(t *testing.T) {
 	}
 }
 
-// logCapture collects what klog writes while a test runs.
-type logCapture struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-// line returns the first line holding every one of parts, or "".
-func (c *logCapture) line(parts ...string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-next:
-	for l := range strings.Lines(c.buf.String()) {
-		for _, p := range parts {
-			if !strings.Contains(l, p) {
-				continue next
-			}
-		}
-		return l
-	}
-	return ""
-}
-
-// captureLogs sends klog's output (the controllers' logger) to a buffer until the test ends.
-func captureLogs(t *testing.T) *logCapture {
-	t.Helper()
-	c := &logCapture{}
-	klog.LogToStderr(false)
-	klog.SetOutput(c)
-	t.Cleanup(func() {
-		klog.Flush()
-		klog.SetOutput(os.Stderr)
-		klog.LogToStderr(true)
-	})
-	return c
-}
-
 // TestControllerStartTimeoutNamesControllerAndKind: a controller whose handler needs
 // slowObjects × perEvent for the initial list of metadata-only ConfigMaps, with a start
 // timeout shorter than that. Past the slow threshold a log line and /readyz/configmap name
@@ -291,7 +249,7 @@ func TestControllerStartTimeoutNamesControllerAndKind(t *testing.T) {
 	const reconciler = "start-timeout-ctrl"
 	const timeout = time.Second
 	seedConfigMaps(t, name, slowObjects)
-	logs := captureLogs(t)
+	logs := testenv.CaptureKlog(t)
 	a, addr := newApp(t, name, env.Config, 30*time.Second, func(o *app.Options) {
 		o.ControllerStartTimeout = timeout
 		o.SlowHandlerSyncThreshold = 300 * time.Millisecond
@@ -353,7 +311,7 @@ func TestControllerStartTimeoutNamesControllerAndKind(t *testing.T) {
 		"the slow log line":    {"Event handler still receiving its initial list", `reconciler="` + reconciler + `"`, `kind="ConfigMap"`},
 		"the failure log line": {"Controller did not receive the initial list of a kind in time", `reconciler="` + reconciler + `"`, `kind="ConfigMap"`, `reason="slow-handler"`},
 	} {
-		if logs.line(parts...) == "" {
+		if logs.Line(parts...) == "" {
 			t.Errorf("no log line for %s (want one holding %q)", what, parts)
 		}
 	}

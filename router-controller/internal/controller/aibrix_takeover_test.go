@@ -426,14 +426,7 @@ func TestLegacyRouteReplacedWithoutGap(t *testing.T) {
 
 	// The judged model is reconciled again after its new route exists; the old route stays,
 	// since the Gateway accepts it and has not judged the new one.
-	reconciles := testenv.ReconcileCount(controller.ControllerName)
-	patchMeta(t, instruct, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
-	eventually(t, "a reconcile after the change", func() error {
-		if testenv.ReconcileCount(controller.ControllerName) <= reconciles {
-			return errors.New("no reconcile counted yet")
-		}
-		return nil
-	})
+	touchAndWaitReconcile(t, instruct)
 	if getRoute(t, gw, oldJudged.Name) == nil {
 		t.Fatal("the accepted legacy route was deleted before the Gateway judged its replacement")
 	}

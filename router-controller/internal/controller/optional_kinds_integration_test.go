@@ -1,18 +1,13 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -175,55 +170,13 @@ func TestOptionalKindFailover(t *testing.T) {
 	}
 }
 
-// klogBuffer collects what klog writes while a test runs.
-type klogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *klogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// klog writes to stderr too, so a failing test still shows the log.
-	_, _ = os.Stderr.Write(p)
-	return b.buf.Write(p)
-}
-
-func (b *klogBuffer) lines(parts ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for l := range strings.Lines(b.buf.String()) {
-		ok := true
-		for _, p := range parts {
-			ok = ok && strings.Contains(l, p)
-		}
-		if ok {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func captureKlog(t *testing.T) *klogBuffer {
-	t.Helper()
-	b := &klogBuffer{}
-	klog.LogToStderr(false)
-	klog.SetOutput(b)
-	t.Cleanup(func() {
-		klog.SetOutput(os.Stderr)
-		klog.LogToStderr(true)
-	})
-	return b
-}
-
 // TestOptionalKindUnservedVersion: --extra-workload-kinds names a version its CRD does not
 // serve. The router says so once, with the versions served, sets the served gauge to 0,
 // and routes the other kinds as ever; when the CRD starts serving that version, the kind is
 // watched within the re-check period.
 func TestOptionalKindUnservedVersion(t *testing.T) {
 	needEnv(t)
-	logs := captureKlog(t)
+	logs := testenv.CaptureKlog(t)
 	gadgets := schema.GroupVersionKind{Group: "versioned.loraplane.io", Version: "v1", Kind: "Gadget"}
 	crd := testenv.CRD(gadgets.Group, gadgets.Kind, "v1beta1")
 	t.Cleanup(func() {
@@ -245,7 +198,7 @@ func TestOptionalKindUnservedVersion(t *testing.T) {
 	r.waitOpen(t)
 	plainRoute := waitRoute(t, gw, plain, nil)
 	eventually(t, "the unserved version to be reported", func() error {
-		if l := logs.lines("not served in this version", setupKind(gadgets), `servedVersions=["v1beta1"]`); len(l) != 1 {
+		if l := logs.Lines("not served in this version", setupKind(gadgets), `servedVersions=["v1beta1"]`); len(l) != 1 {
 			return fmt.Errorf("%d lines say so", len(l))
 		}
 		return nil
@@ -268,7 +221,7 @@ func TestOptionalKindUnservedVersion(t *testing.T) {
 	if got := getRoute(t, gw, routes.RouteName(gadgetModel)); got != nil {
 		t.Errorf("the Gadget's model has a route from an unserved version: %v", backends(got))
 	}
-	if n := len(logs.lines("not served in this version", setupKind(gadgets))); n != 1 {
+	if n := len(logs.Lines("not served in this version", setupKind(gadgets))); n != 1 {
 		t.Errorf("the unserved version was reported %d times, want once", n)
 	}
 
@@ -283,7 +236,7 @@ func TestOptionalKindUnservedVersion(t *testing.T) {
 		return nil
 	})
 	wantGauge(t, "loraplane_source_kind_served", kindLabels(gadgets), 1)
-	if l := logs.lines("Watching optional source kind", setupKind(gadgets)); len(l) != 1 {
+	if l := logs.Lines("Watching optional source kind", setupKind(gadgets)); len(l) != 1 {
 		t.Errorf("%d lines report the watch of %s, want 1", len(l), setupKind(gadgets))
 	}
 }

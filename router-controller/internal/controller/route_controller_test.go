@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -71,14 +70,7 @@ func TestRouteFollowsWorkload(t *testing.T) {
 	})
 
 	// A change that does not affect the route reconciles but writes nothing.
-	reconciles := testenv.ReconcileCount(controller.ControllerName)
-	patchMeta(t, d, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
-	eventually(t, "a reconcile after the unrelated change", func() error {
-		if testenv.ReconcileCount(controller.ControllerName) <= reconciles {
-			return errors.New("no reconcile counted yet")
-		}
-		return nil
-	})
+	touchAndWaitReconcile(t, d)
 	if now := getRoute(t, gw, route.Name); now == nil || now.ResourceVersion != route.ResourceVersion {
 		t.Errorf("route rewritten without a change: resourceVersion %s -> %v", route.ResourceVersion, now)
 	}
@@ -311,14 +303,7 @@ func TestForeignRouteUntouched(t *testing.T) {
 	})
 	// The conflict was reconciled (its events and metric say so); one more reconcile of the
 	// model, forced by a change of a source, must not touch the foreign route either.
-	reconciles := testenv.ReconcileCount(controller.ControllerName)
-	patchMeta(t, engineDeployment, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
-	eventually(t, "a reconcile after the change", func() error {
-		if testenv.ReconcileCount(controller.ControllerName) <= reconciles {
-			return errors.New("no reconcile counted yet")
-		}
-		return nil
-	})
+	touchAndWaitReconcile(t, engineDeployment)
 	now := getRoute(t, gw, foreign.Name)
 	if now == nil || now.ResourceVersion != foreign.ResourceVersion || routes.IsManaged(now) {
 		t.Fatalf("the foreign route was modified or removed: %+v", now)

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
+	"github.com/loraplane/loraplane/router-controller/internal/controller"
 	"github.com/loraplane/loraplane/router-controller/internal/routes"
 	"github.com/loraplane/loraplane/router-controller/internal/setup"
 	"github.com/loraplane/loraplane/shared/app"
@@ -405,4 +407,18 @@ func newSlowProxy(t *testing.T, cfg *rest.Config) *testenv.SlowProxy {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// touchAndWaitReconcile changes an annotation of obj that routing ignores and waits until the
+// router has counted one more reconcile: the reconcile a change of obj causes has run.
+func touchAndWaitReconcile(t *testing.T, obj client.Object) {
+	t.Helper()
+	reconciles := testenv.ReconcileCount(controller.ControllerName)
+	patchMeta(t, obj, nil, map[string]*string{"example.com/unrelated": ptr.To("x")})
+	eventually(t, "a reconcile after the change", func() error {
+		if testenv.ReconcileCount(controller.ControllerName) <= reconciles {
+			return errors.New("no reconcile counted yet")
+		}
+		return nil
+	})
 }

@@ -362,12 +362,13 @@ func (g *grantsAhead) add(namespace, model string, services []string, now time.T
 		models = map[string]*aheadModel{}
 		g.byNamespace[namespace] = models
 	}
-	added := false
-	for _, svc := range services {
-		if !slices.ContainsFunc(slices.Collect(maps.Values(models)), func(m *aheadModel) bool { return slices.Contains(m.services, svc) }) {
-			added = true
+	kept := map[string]bool{}
+	for _, m := range models {
+		for _, svc := range m.services {
+			kept[svc] = true
 		}
 	}
+	added := slices.ContainsFunc(services, func(svc string) bool { return !kept[svc] })
 	m := models[model]
 	if m == nil {
 		m = &aheadModel{}

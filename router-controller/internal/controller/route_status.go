@@ -314,7 +314,9 @@ func (s *routeStates) refuse(model, owner string, refused []sourceObject) []sour
 			news = append(news, o)
 		}
 	}
-	s.publishLocked()
+	if len(prev) != len(m.refused) {
+		s.publishLocked() // the count is all the gauge shows
+	}
 	return news
 }
 

@@ -14,7 +14,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/loraplane/loraplane/test/testenv"
 )
@@ -409,6 +412,13 @@ func TestChartFullValues(t *testing.T) {
 // and annotations, podLabels, extra env/volumes/mounts, probes, security contexts.
 func podValues(t *testing.T, objs map[string]object, name string, d object) {
 	t.Helper()
+	data, err := sigsyaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.UnmarshalStrict(data, &appsv1.Deployment{}); err != nil {
+		t.Errorf("%s: the Deployment has a field its API type lacks: %v", name, err)
+	}
 	sa := map[string]string{"adapter-controller": "loraplane-adapters", "router-controller": "loraplane-routes"}[name]
 	acct, ok := objs["v1 ServiceAccount loraplane-system/"+sa]
 	if !ok || str(acct, "metadata", "annotations", "iam.example.com/role") != sa {
@@ -655,6 +665,19 @@ func TestChartNetworkPolicyMatchesComponent(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("NetworkPolicies (-component +chart):\n%s", diff)
+	}
+	// Every field is a field of the API type (also with every networkPolicy value set).
+	full := byKey(helmTemplate(t, root, "-f", filepath.Join(chartDir, "ci", "full-values.yaml")))
+	for _, o := range []object{want["networking.k8s.io/v1 NetworkPolicy loraplane-system/adapter-controller"],
+		full["networking.k8s.io/v1 NetworkPolicy loraplane-system/adapter-controller"]} {
+		data, err := sigsyaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var np networkingv1.NetworkPolicy
+		if err := sigsyaml.UnmarshalStrict(data, &np); err != nil || len(np.Spec.Egress) < 2 {
+			t.Errorf("NetworkPolicy %s: %v, %d egress rules", key(o), err, len(np.Spec.Egress))
+		}
 	}
 	if _, ok := byKey(helmTemplate(t, root))["networking.k8s.io/v1 NetworkPolicy loraplane-system/adapter-controller"]; ok {
 		t.Error("NetworkPolicies are rendered by default")

@@ -298,18 +298,19 @@ func ruleFor(t *testing.T, base, alert string) time.Duration {
 func TestSyncAlertFiresAndResolves(t *testing.T) {
 	prom := prometheusURL(t)
 	const alert, kind, ctl = "LoraplaneCacheNotSynced", "HTTPRoute", "router-controller"
+	const clusterRole = "loraplane-" + ctl // named after the release (the chart's full name)
 	forDur := ruleFor(t, prom, alert)
 	ctx := ctxFor(t, 12*time.Minute)
 
 	role := &rbacv1.ClusterRole{}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: ctl}, role); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: clusterRole}, role); err != nil {
 		t.Fatal(err)
 	}
 	original := role.DeepCopy()
 	restored := false
 	restore := func() {
 		cur := &rbacv1.ClusterRole{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Name: ctl}, cur); err != nil {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Name: clusterRole}, cur); err != nil {
 			t.Errorf("restoring the ClusterRole: %v", err)
 			return
 		}
@@ -333,7 +334,7 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 		}
 	}
 	if removed == 0 {
-		t.Fatalf("ClusterRole %s grants nothing on httproutes: %+v", ctl, role.Rules)
+		t.Fatalf("ClusterRole %s grants nothing on httproutes: %+v", clusterRole, role.Rules)
 	}
 	if err := k8s.Update(ctx, role); err != nil {
 		t.Fatal(err)
@@ -355,7 +356,7 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
-	t.Logf("ClusterRole %s: httproutes removed from %d rule(s); %s rolled out", ctl, removed, ctl)
+	t.Logf("ClusterRole %s: httproutes removed from %d rule(s); %s rolled out", clusterRole, removed, ctl)
 
 	var newPod string
 	waitFor(t, 60*time.Second, "a new "+ctl+" pod", func() (bool, string) {

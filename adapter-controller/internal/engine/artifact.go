@@ -11,7 +11,7 @@ var (
 	// huggingFaceSchemes name a Hugging Face repository the engine downloads itself.
 	huggingFaceSchemes = []string{"huggingface://", "hf://"}
 	// runtimeSchemes need the aibrix-runtime sidecar to download the artifact.
-	runtimeSchemes = []string{"s3://", "gs://", "gcs://", "http://", "https://"}
+	runtimeSchemes = []string{"s3://", "gs://", "gcs://", "tos://", "http://", "https://"}
 )
 
 // ResolveArtifact returns what to send to an engine of the given kind to load
@@ -19,7 +19,7 @@ var (
 //
 // For KindVLLM and KindSGLang (and ""), "huggingface://org/repo" and
 // "hf://org/repo" become "org/repo", and absolute paths ("/models/x") pass
-// through unchanged. s3://, gs://, gcs://, http:// and https:// fail with
+// through unchanged. s3://, gs://, gcs://, tos://, http:// and https:// fail with
 // ReasonArtifactNeedsRuntime: only the aibrix-runtime sidecar can fetch them.
 // Anything else fails with ReasonArtifactUnsupported.
 //
@@ -65,7 +65,7 @@ func ResolveArtifact(kind Kind, artifactURL string) (string, error) {
 			redactURL(artifactURL), RuntimeContainerName, kind, strings.TrimSuffix(scheme, "://"))
 	}
 	return fail(ReasonArtifactUnsupported,
-		"artifact URL %q is not supported: want huggingface://<org>/<repo>, hf://<org>/<repo>, an absolute path, or s3://, gs://, gcs://, http(s):// with the %s sidecar",
+		"artifact URL %q is not supported: want huggingface://<org>/<repo>, hf://<org>/<repo>, an absolute path, or s3://, gs://, gcs://, tos://, http(s):// with the %s sidecar",
 		redactURL(artifactURL), RuntimeContainerName)
 }
 

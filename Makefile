@@ -285,6 +285,13 @@ helm-deploy: $(HELM) $(KUBE_APISERVER) ## Apply the chart's CRD, then install or
 helm-undeploy: $(HELM) ## Uninstall the Helm release: its pre-delete hook deletes the ModelAdapters while the adapter-controller still runs.
 	$(HELM) uninstall $(HELM_RELEASE) --namespace $(HELM_NAMESPACE) --wait --timeout 5m
 
+PREFLIGHT_ARGS ?=
+
+.PHONY: preflight
+preflight: ## Read the cluster of $KUBECONFIG and print what switching it from AIBrix would do, writing nothing (router-controller preflight; PREFLIGHT_ARGS: the router's flags, e.g. --route-timeout=2m). Exit 2: something blocks.
+	@cd router-controller && CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/router-controller .
+	$(BIN)/router-controller preflight $(PREFLIGHT_ARGS)
+
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
 	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus overlays/prometheus-example default samples; do \

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // Artifact URL schemes.
@@ -11,7 +13,7 @@ var (
 	// huggingFaceSchemes name a Hugging Face repository the engine downloads itself.
 	huggingFaceSchemes = []string{"huggingface://", "hf://"}
 	// runtimeSchemes need the aibrix-runtime sidecar to download the artifact.
-	runtimeSchemes = []string{"s3://", "gs://", "gcs://", "tos://", "http://", "https://"}
+	runtimeSchemes = v1alpha1.RuntimeArtifactSchemes
 )
 
 // ResolveArtifact returns what to send to an engine of the given kind to load

@@ -312,7 +312,7 @@ preflight: ## Read the cluster of $KUBECONFIG and print what switching it from A
 
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
-	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus overlays/prometheus-example default samples; do \
+	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus overlays/prometheus-example overlays/aibrix-coexistence default samples; do \
 	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
 	$(KUBECTL) apply --server-side -k deploy/namespace
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log

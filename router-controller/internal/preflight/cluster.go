@@ -106,8 +106,8 @@ func replicasLimit(schema map[string]any) string {
 	if enum, ok := schema["enum"].([]any); ok {
 		return fmt.Sprintf("enum %v", enum)
 	}
-	if max, ok := schema["maximum"]; ok {
-		return fmt.Sprintf("maximum %v", max)
+	if limit, ok := schema["maximum"]; ok {
+		return fmt.Sprintf("maximum %v", limit)
 	}
 	return ""
 }

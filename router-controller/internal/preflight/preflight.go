@@ -143,9 +143,11 @@ func describeControllerManager(ctx context.Context, reader client.Reader, o Opti
 		r.block("Lease %s is watched, but Deployment %s renews it while running neither controller: the take-over would wait for ever; "+
 			"leave it out of --aibrix-controller-leases", cm.Lease, cm.Deployment)
 	}
-	if why, err := deploymentManager(ctx, reader, cm.Deployment); err != nil {
+	why, err := deploymentManager(ctx, reader, cm.Deployment)
+	if err != nil {
 		return err
-	} else if why != "" {
+	}
+	if why != "" {
 		r.warn("Deployment %s is kept by another manager (%s): change its replicas or flags there (Git, Helm values), "+
 			"or a sync reverts a kubectl scale or edit", cm.Deployment, why)
 	}

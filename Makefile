@@ -116,12 +116,30 @@ lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.ym
 	$(PROMCHECK) $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...
 
 .PHONY: test
-test: tools verify-generated chart-check test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), helm lint/template and the chart drift test, the alert rule tests and the PromQL checks.
+test: tools verify-generated docs-check chart-check test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), the flag reference drift check, helm lint/template and the chart drift test, the alert rule tests and the PromQL checks.
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 # hack/promcheck is a module outside the workspace (GOWORK=off): the Prometheus module it
 # parses PromQL with never reaches the controllers' dependency graph.
 PROMCHECK := cd hack/promcheck && GOWORK=off
+
+# docs/flags.md is generated from the binaries' --help (hack/flagsdoc, a module outside the
+# workspace with no dependencies); the binaries are built into a temporary directory.
+FLAGSDOC = tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+  for b in $(BINARIES); do (cd $$b && go build -o $$tmp/$$b .); done; \
+  (cd hack/flagsdoc && GOWORK=off go run . $(addprefix $$tmp/,$(BINARIES)))
+
+.PHONY: docs
+docs: ## Regenerate docs/flags.md, the flag reference, from the binaries' --help.
+	@$(FLAGSDOC) > docs/flags.md.tmp && mv docs/flags.md.tmp docs/flags.md
+	@echo "docs/flags.md regenerated"
+
+.PHONY: docs-check
+docs-check: ## Fail when docs/flags.md differs from the binaries' --help (run make docs).
+	@$(FLAGSDOC) > _flags.md.check; \
+	  if ! diff -u docs/flags.md _flags.md.check; then rm -f _flags.md.check; echo "docs/flags.md is stale: run make docs and commit it" >&2; exit 1; fi; \
+	  rm -f _flags.md.check; echo "docs/flags.md matches the binaries"
+	cd hack/flagsdoc && GOWORK=off go test -count=1 ./...
 
 .PHONY: test-rules
 test-rules: $(PROMTOOL) ## Turn deploy/prometheus/prometheusrule.yaml into a rule file (hack/promcheck), then promtool check rules and promtool test rules (hack/promcheck/testdata/alerts_test.yaml).
@@ -306,9 +324,16 @@ helm-undeploy: $(HELM) ## Uninstall the Helm release, keeping the CRD and every 
 	fi
 	$(HELM) uninstall $(HELM_RELEASE) --namespace $(HELM_NAMESPACE) --wait --timeout 5m
 
+PREFLIGHT_ARGS ?=
+
+.PHONY: preflight
+preflight: ## Read the cluster of $KUBECONFIG and print what switching it from AIBrix would do, writing nothing (router-controller preflight; PREFLIGHT_ARGS: the router's flags, e.g. --route-timeout=2m). Exit 2: something blocks.
+	@cd router-controller && CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/router-controller .
+	$(BIN)/router-controller preflight $(PREFLIGHT_ARGS)
+
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
-	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller controllers components/networkpolicy prometheus overlays/prometheus-example default samples; do \
+	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller controllers components/networkpolicy prometheus overlays/prometheus-example overlays/aibrix-coexistence default samples; do \
 	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
 	$(KUBECTL) apply --server-side -k deploy/namespace
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log

@@ -19,4 +19,11 @@
 // controllers, with --controllers=*,-model-adapter-controller,-model-route-controller, still
 // renews that Lease: loraplane's controllers are then started with an empty
 // --aibrix-controller-lease, which turns the check off.
+//
+// A Lease the list does not name cannot hold anything back: AIBrix's Helm chart puts it in
+// the release namespace, a --leader-election-id or a standalone install renames it. So at
+// start each controller also looks for AIBrix's controller-manager among the Deployments
+// (Discover: its image, or its labels and /manager command), reads from its flags the Lease
+// it holds and the controllers it runs, and refuses to start (CheckCovered) while one runs
+// loraplane's counterpart with a Lease the list does not name, or without leader election.
 package aibrix

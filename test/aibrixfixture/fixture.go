@@ -128,6 +128,31 @@ type Lease struct {
 	Renewed         time.Time
 }
 
+// ControllerManager describes the Deployment of AIBrix's controller-manager.
+type ControllerManager struct {
+	// Namespace and Name default to aibrix-system and aibrix-controller-manager (its
+	// kustomize install).
+	Namespace, Name string
+	// Image defaults to aibrix/controller-manager:v0.7.0.
+	Image string
+	// Args default to those of its kustomize install: --leader-elect,
+	// --health-probe-bind-address=:8081, --metrics-bind-address=:8080, --enable-runtime-sidecar.
+	Args []string
+	// Replicas is spec.replicas.
+	Replicas int32
+}
+
+// ControllerManagerDeployment renders the Deployment.
+func ControllerManagerDeployment(c ControllerManager) (*unstructured.Unstructured, error) {
+	c.Namespace = or(c.Namespace, "aibrix-system")
+	c.Name = or(c.Name, "aibrix-controller-manager")
+	c.Image = or(c.Image, "aibrix/controller-manager:v0.7.0")
+	if c.Args == nil {
+		c.Args = []string{"--leader-elect", "--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--enable-runtime-sidecar"}
+	}
+	return render("deployment.yaml", c)
+}
+
 // HTTPRoute renders the route.
 func HTTPRoute(r Route) (*unstructured.Unstructured, error) {
 	r.GatewayNamespace = or(r.GatewayNamespace, "aibrix-system")

@@ -58,7 +58,7 @@ import (
 
 const (
 	// Finalizer holds a ModelAdapter until it is unloaded from its pods.
-	Finalizer = "loraplane.io/unload-adapter"
+	Finalizer = v1alpha1.Finalizer
 	// ManagedByLabel marks the Services and EndpointSlices this controller owns; the caches
 	// of those kinds are scoped to it.
 	ManagedByLabel = objmeta.ManagedByLabel

@@ -297,7 +297,7 @@ func TestFailingEngineThenHeals(t *testing.T) {
 }
 
 // TestSGLangAndRuntimeSidecar: SGLang pods get the SGLang API; a pod with the aibrix-runtime
-// sidecar is loaded through it (port 8080), which also takes an s3:// artifact.
+// sidecar is loaded through it (port 8080), which also takes s3:// and tos:// artifacts.
 func TestSGLangAndRuntimeSidecar(t *testing.T) {
 	needEnv(t)
 	ctx := ctxFor(t)
@@ -332,17 +332,30 @@ func TestSGLangAndRuntimeSidecar(t *testing.T) {
 		t.Errorf("SGLang adapter Service port: %v %+v", err, svc.Spec.Ports)
 	}
 
-	// An s3:// artifact on a pod without the sidecar is refused with a reason that says so.
-	plain := newAdapter(ns, "s3-no-sidecar", "sg", func(a *v1alpha1.ModelAdapter) { a.Spec.ArtifactURL = "s3://bucket/x" })
-	if err := k8s.Create(ctx, plain); err != nil {
+	// A tos:// artifact (AIBrix's webhook and sidecar accept it) goes through the sidecar too.
+	tosA := newAdapter(ns, "rt-tos-lora", "rt", func(a *v1alpha1.ModelAdapter) { a.Spec.ArtifactURL = "tos://bucket/rt-tos-lora" })
+	if err := k8s.Create(ctx, tosA); err != nil {
 		t.Fatal(err)
 	}
-	got := waitAdapter(t, client.ObjectKeyFromObject(plain), 30*time.Second, "a classified failure", func(a *v1alpha1.ModelAdapter) bool {
-		c := readyCondition(a)
-		return c != nil && c.Reason == "ArtifactNeedsRuntime"
-	})
-	if c := readyCondition(got); !strings.Contains(c.Message, "aibrix-runtime") {
-		t.Errorf("message %q does not say the sidecar is needed", c.Message)
+	waitAdapter(t, client.ObjectKeyFromObject(tosA), 30*time.Second, "tos:// runtime adapter Running", running(1))
+	if rt.Adapters()["rt-tos-lora"] != "tos://bucket/rt-tos-lora" {
+		t.Errorf("runtime sidecar: adapters %v, want rt-tos-lora from tos://bucket/rt-tos-lora", rt.Adapters())
+	}
+
+	// An s3:// or tos:// artifact on a pod without the sidecar is refused with a reason that
+	// says so, as AIBrix refuses it.
+	for _, scheme := range []string{"s3", "tos"} {
+		plain := newAdapter(ns, scheme+"-no-sidecar", "sg", func(a *v1alpha1.ModelAdapter) { a.Spec.ArtifactURL = scheme + "://bucket/x" })
+		if err := k8s.Create(ctx, plain); err != nil {
+			t.Fatal(err)
+		}
+		got := waitAdapter(t, client.ObjectKeyFromObject(plain), 30*time.Second, scheme+":// without the sidecar: a classified failure", func(a *v1alpha1.ModelAdapter) bool {
+			c := readyCondition(a)
+			return c != nil && c.Reason == "ArtifactNeedsRuntime"
+		})
+		if c := readyCondition(got); !strings.Contains(c.Message, "aibrix-runtime") {
+			t.Errorf("%s: message %q does not say the sidecar is needed", scheme, c.Message)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
 // Artifact URL schemes.
@@ -11,7 +13,7 @@ var (
 	// huggingFaceSchemes name a Hugging Face repository the engine downloads itself.
 	huggingFaceSchemes = []string{"huggingface://", "hf://"}
 	// runtimeSchemes need the aibrix-runtime sidecar to download the artifact.
-	runtimeSchemes = []string{"s3://", "gs://", "gcs://", "http://", "https://"}
+	runtimeSchemes = v1alpha1.RuntimeArtifactSchemes
 )
 
 // ResolveArtifact returns what to send to an engine of the given kind to load
@@ -19,7 +21,7 @@ var (
 //
 // For KindVLLM and KindSGLang (and ""), "huggingface://org/repo" and
 // "hf://org/repo" become "org/repo", and absolute paths ("/models/x") pass
-// through unchanged. s3://, gs://, gcs://, http:// and https:// fail with
+// through unchanged. s3://, gs://, gcs://, tos://, http:// and https:// fail with
 // ReasonArtifactNeedsRuntime: only the aibrix-runtime sidecar can fetch them.
 // Anything else fails with ReasonArtifactUnsupported.
 //
@@ -65,7 +67,7 @@ func ResolveArtifact(kind Kind, artifactURL string) (string, error) {
 			redactURL(artifactURL), RuntimeContainerName, kind, strings.TrimSuffix(scheme, "://"))
 	}
 	return fail(ReasonArtifactUnsupported,
-		"artifact URL %q is not supported: want huggingface://<org>/<repo>, hf://<org>/<repo>, an absolute path, or s3://, gs://, gcs://, http(s):// with the %s sidecar",
+		"artifact URL %q is not supported: want huggingface://<org>/<repo>, hf://<org>/<repo>, an absolute path, or s3://, gs://, gcs://, tos://, http(s):// with the %s sidecar",
 		redactURL(artifactURL), RuntimeContainerName)
 }
 

@@ -33,6 +33,8 @@ func TestResolveArtifact(t *testing.T) {
 		"s3 needs runtime":              {kind: KindVLLM, url: "s3://bucket/sql-lora", wantReason: ReasonArtifactNeedsRuntime, wantInMsg: needsRuntime + "s3 artifacts"},
 		"gs needs runtime":              {kind: KindVLLM, url: "gs://bucket/sql-lora", wantReason: ReasonArtifactNeedsRuntime, wantInMsg: needsRuntime + "gs artifacts"},
 		"gcs needs runtime":             {kind: KindVLLM, url: "gcs://bucket/sql-lora", wantReason: ReasonArtifactNeedsRuntime, wantInMsg: needsRuntime + "gcs artifacts"},
+		"tos needs runtime":             {kind: KindSGLang, url: "tos://bucket/sql-lora", wantReason: ReasonArtifactNeedsRuntime, wantInMsg: "sglang cannot fetch tos artifacts"},
+		"runtime: tos passes through":   {kind: KindRuntime, url: "tos://bucket/sql-lora", want: "tos://bucket/sql-lora"},
 		"http needs runtime":            {kind: KindVLLM, url: "http://host/sql-lora.tar", wantReason: ReasonArtifactNeedsRuntime, wantInMsg: needsRuntime + "http artifacts"},
 		"https needs runtime (sglang)":  {kind: KindSGLang, url: "HTTPS://host/sql-lora.tar", wantReason: ReasonArtifactNeedsRuntime, wantInMsg: "sglang cannot fetch https artifacts"},
 		"relative path is unsupported":  {kind: KindVLLM, url: "models/sql-lora", wantReason: ReasonArtifactUnsupported, wantInMsg: "is not supported"},

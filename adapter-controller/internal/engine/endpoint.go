@@ -34,7 +34,7 @@ const (
 	LabelPort = v1alpha1.ModelPortLabel
 	// RuntimeContainerName is the container name of the AIBrix runtime
 	// sidecar. A pod with it is driven through the sidecar.
-	RuntimeContainerName = "aibrix-runtime"
+	RuntimeContainerName = v1alpha1.RuntimeContainerName
 	// DefaultEnginePort is the engine port when the pod has no LabelPort.
 	DefaultEnginePort = v1alpha1.DefaultEnginePort
 	// RuntimePort is the port of the AIBrix runtime sidecar's API.

@@ -131,6 +131,9 @@ func CacheScopes() map[client.Object]cache.ByObject {
 	}
 }
 
+// AIBrix's controller-manager is looked for among Deployments once at start (aibrix.CheckCovered).
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list
+
 // Build validates the options, builds the gated manager, declares the caches and sets the
 // ModelAdapter controller up. restConfig overrides the kubeconfig lookup (tests); nil means
 // the usual lookup. Nothing here blocks on a cache.
@@ -155,6 +158,9 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 		return nil, err
 	}
 	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
+	if err := aibrix.CheckCovered(ctx, a.Manager.GetAPIReader(), leases, aibrix.AdapterController, o.WatchNamespaces); err != nil {
+		return nil, err
+	}
 	opts := o.Adapter
 	opts.AIBrix = aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
 	if opts.StrayNamespace == "" {

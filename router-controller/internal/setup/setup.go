@@ -300,6 +300,9 @@ func Build(ctx context.Context, o *Options, restConfig *rest.Config) (*app.App, 
 		return nil, err
 	}
 	leases, _ := aibrix.ParseLeases(o.AIBrixControllerLeases) // validated above
+	if err := aibrix.CheckCovered(ctx, a.Manager.GetAPIReader(), leases, aibrix.RouteController, o.WatchNamespaces); err != nil {
+		return nil, err
+	}
 	detector := aibrix.NewDetector(a.Manager.GetAPIReader(), leases, ControllerName, clock.RealClock{}, o.AIBrixCheckPeriod)
 	if detector != nil {
 		// Its own readings keep loraplane_aibrix_controller_running current between reconciles.

@@ -74,6 +74,9 @@ func TestCRDValidation(t *testing.T) {
 		"every supported scheme": {
 			mutate: func(a *v1alpha1.ModelAdapter) { a.Spec.ArtifactURL = "s3://bucket/lora" },
 		},
+		"tos artifact (AIBrix's webhook and runtime sidecar accept it)": {
+			mutate: func(a *v1alpha1.ModelAdapter) { a.Spec.ArtifactURL = "tos://bucket/lora" },
+		},
 		"replicas 1 with a matchExpressions-only selector": {
 			mutate: func(a *v1alpha1.ModelAdapter) {
 				a.Spec.Replicas = ptr.To[int32](1)

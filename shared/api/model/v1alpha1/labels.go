@@ -37,10 +37,21 @@ const (
 	// retry annotations ("adapter.model.aibrix.ai/retry-count.<pod>",
 	// "adapter.model.aibrix.ai/last-retry-time.<pod>") are not read.
 	AIBrixFinalizer = "adapter.model.aibrix.ai/finalizer"
+	// Finalizer is loraplane's adapter-controller's: it holds a ModelAdapter until the adapter
+	// is unloaded from its pods.
+	Finalizer = "loraplane.io/unload-adapter"
+	// RuntimeContainerName is the container name of AIBrix's runtime sidecar: a pod with it
+	// is loaded through the sidecar, which downloads the artifacts of RuntimeArtifactSchemes.
+	RuntimeContainerName = "aibrix-runtime"
 
 	// DefaultEnginePort is the engine port when a pod or workload has no port label.
 	DefaultEnginePort = 8000
 )
+
+// RuntimeArtifactSchemes are the artifact URL schemes only the runtime sidecar can fetch
+// (AIBrix's runtime downloaders); engines load huggingface://, hf:// and absolute paths
+// themselves. Schemes are case-insensitive. Callers must not modify the slice.
+var RuntimeArtifactSchemes = []string{"s3://", "gs://", "gcs://", "tos://", "http://", "https://"}
 
 // EnginePort returns the engine port a pod or workload declares with ModelPortLabel:
 // DefaultEnginePort when the label is absent, the label's value when it is a decimal port

@@ -29,12 +29,12 @@ type ModelAdapterSpec struct {
 	SchedulerName string `json:"schedulerName,omitempty"`
 
 	// ArtifactURL is where the adapter weights come from: huggingface://org/repo, hf://org/repo,
-	// s3://, gs://, gcs://, http(s):// or an absolute path on the engine's file system.
+	// s3://, gs://, gcs://, tos://, http(s):// or an absolute path on the engine's file system.
 	// Object-store and HTTP URLs need the aibrix-runtime sidecar on the engine pod.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.matches('^(huggingface|hf|s3|gs|gcs|http|https)://[^/].*$')",message="artifactURL must be an absolute path or start with one of huggingface://, hf://, s3://, gs://, gcs://, http://, https://"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.matches('^(huggingface|hf|s3|gs|gcs|tos|http|https)://[^/].*$')",message="artifactURL must be an absolute path or start with one of huggingface://, hf://, s3://, gs://, gcs://, tos://, http://, https://"
 	ArtifactURL string `json:"artifactURL"`
 
 	// CredentialsSecretRef names a Secret in the adapter's namespace. Its "api-key" entry is

@@ -1,0 +1,3 @@
+module github.com/loraplane/loraplane/hack/flagsdoc
+
+go 1.26.7

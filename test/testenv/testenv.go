@@ -168,7 +168,7 @@ func gatewayAPIModuleDir(version string) (string, error) {
 	out, err := cmd.Output()
 	var dl struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &dl); jerr != nil || dl.Error != "" || err != nil {
-		return "", fmt.Errorf("go mod download %s@%s (%s=%s): %v %s", module, version, GatewayAPIVersionEnv, version, err, dl.Error)
+		return "", fmt.Errorf("go mod download %s@%s (%s): %s: %w", module, version, GatewayAPIVersionEnv, dl.Error, errors.Join(err, jerr))
 	}
 	return dl.Dir, nil
 }

@@ -49,6 +49,11 @@ e2e_hooks "$stack" "$art" # the fault hooks (test/e2e/hooks.txt), implemented by
 export E2E_LEASE_DURATION=12s # hack/stack.sh's --leader-elect-lease-duration
 export E2E_INVENTORY_PERIOD=2s # hack/stack.sh's --inventory-period
 export E2E_REPO_ROOT=$root
+# TestUpgradeRollback: the previous release (hack/rollout.sh's PREVIOUS_COMMIT, built once and
+# cached) and the current build, each rolled out with its manifests, chart and binaries.
+"$root/hack/rollout.sh" build
+export E2E_ROLLOUT_PREVIOUS=${E2E_ROLLOUT_PREVIOUS:-"$root/hack/rollout.sh to previous $art"}
+export E2E_ROLLOUT_CURRENT=${E2E_ROLLOUT_CURRENT:-"$root/hack/rollout.sh to current $art"}
 # Every skip is listed at the end; one that test/e2e/skips/kwok.txt does not expect fails the run.
 (cd "$root/test/e2e" && go build -o "$art/skipcheck" ./skipcheck &&
   go test -tags e2e -count=1 -timeout 25m -json -run "${E2E_RUN:-.}" ./ 2>&1 |

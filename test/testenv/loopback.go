@@ -60,11 +60,16 @@ func startLoopbackWebhook(e *Env) (func(), error) {
 	srv := webhook.NewServer(webhook.Options{Host: opts.LocalServingHost, Port: opts.LocalServingPort, CertDir: opts.LocalServingCertDir})
 	srv.Register("/"+loopbackWebhookPath, &webhook.Admission{Handler: admission.HandlerFunc(rewriteLoopback)})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// A server that cannot listen fails every EndpointSlice write (failurePolicy Fail),
+		// which the tests report; its error after the stop is its shutdown's.
+		_ = srv.Start(ctx)
+	}()
 	stop := func() {
 		cancel()
-		_ = <-done // the server's error after a stop is its shutdown's: nothing to do about it
+		<-done
 		_ = opts.Cleanup()
 	}
 	if err := opts.Install(e.Config); err != nil {

@@ -24,6 +24,11 @@ PROMETHEUS_VERSION ?= v3.5.0
 PROMETHEUS_MODULE_VERSION ?= v0.305.0
 # gojq, the scripts' jq.
 GOJQ_VERSION ?= v0.12.19
+# make test-compat: the oldest Kubernetes and Gateway API the chart and docs/compatibility.md
+# claim (the newest are KUBE_VERSION and the gateway-api module's own CRDs, which make test
+# runs). KUBE_COMPAT_VERSION is also pinned in hack/tools/kube-compat/go.mod.
+KUBE_COMPAT_VERSION ?= v1.31.14
+GATEWAY_API_OLDEST ?= v1.2.1
 
 KUBE_APISERVER := $(BIN)/kube-apiserver-$(KUBE_VERSION)
 ETCD := $(BIN)/etcd-$(ETCD_VERSION)
@@ -34,6 +39,7 @@ HELM := $(BIN)/helm-$(HELM_VERSION)
 PROMETHEUS := $(BIN)/prometheus-$(PROMETHEUS_MODULE_VERSION)
 PROMTOOL := $(BIN)/promtool-$(PROMETHEUS_MODULE_VERSION)
 JQ := $(BIN)/jq-$(GOJQ_VERSION)
+KUBE_COMPAT_APISERVER := $(BIN)/k8s-$(KUBE_COMPAT_VERSION)/kube-apiserver
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
@@ -170,6 +176,10 @@ chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint (values.schema.json included
 	@echo "chart-check: $$(grep -c '^kind:' _artifacts/chart/defaults.yaml) objects with the defaults;" \
 	  $$(for f in $(CHART)/ci/*.yaml; do echo "$$(grep -c '^kind:' _artifacts/chart/$$(basename $$f)) with ci/$$(basename $$f)"; done)
 
+.PHONY: test-compat
+test-compat: $(KUBE_COMPAT_APISERVER) $(KUBE_APISERVER) $(ETCD) $(HELM) ## Run the envtest suites against the oldest Kubernetes ($(KUBE_COMPAT_VERSION), built from the module proxy) and the oldest Gateway API CRDs ($(GATEWAY_API_OLDEST)) claimed in docs/compatibility.md; logs and times in _artifacts/compat/.
+	KUBE_OLDEST=$(KUBE_COMPAT_VERSION) GATEWAY_API_OLDEST=$(GATEWAY_API_OLDEST) hack/test-compat.sh
+
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no API server.
 	go test -count=1 -short $(addprefix ./,$(addsuffix /...,$(MODULES)))
@@ -232,6 +242,8 @@ cluster-tools: $(KUBE_APISERVER) $(ETCD) $(KWOK) ## Build only what a local clus
 
 $(KUBE_APISERVER):
 	hack/tools/build.sh kube $(KUBE_VERSION)
+$(KUBE_COMPAT_APISERVER): $(ETCD)
+	hack/tools/build.sh kube-compat $(KUBE_COMPAT_VERSION)
 $(ETCD):
 	hack/tools/build.sh etcd $(ETCD_VERSION)
 $(KWOK):

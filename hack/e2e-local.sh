@@ -52,6 +52,11 @@ export E2E_REPO_ROOT=$root
 # TestUninstallKeepsFleet installs the chart and deploy/default over the stack and removes them
 # (helm uninstall, make undeploy): only here, where the controllers are processes.
 export E2E_UNINSTALL_KWOK=1
+# TestUpgradeRollback: the previous release (hack/rollout.sh's PREVIOUS_COMMIT, built once and
+# cached) and the current build, each rolled out with its manifests, chart and binaries.
+"$root/hack/rollout.sh" build
+export E2E_ROLLOUT_PREVIOUS=${E2E_ROLLOUT_PREVIOUS:-"$root/hack/rollout.sh to previous $art"}
+export E2E_ROLLOUT_CURRENT=${E2E_ROLLOUT_CURRENT:-"$root/hack/rollout.sh to current $art"}
 # Every skip is listed at the end; one that test/e2e/skips/kwok.txt does not expect fails the run.
 (cd "$root/test/e2e" && go build -o "$art/skipcheck" ./skipcheck &&
   go test -tags e2e -count=1 -timeout 25m -json -run "${E2E_RUN:-.}" ./ 2>&1 |

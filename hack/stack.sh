@@ -19,6 +19,12 @@
 #   hack/stack.sh restart-apiserver DIR [--compact]
 #                                   SIGKILL kube-apiserver and start it again (hack/cluster.sh)
 #   hack/stack.sh logs DIR          the controllers' logs are in DIR (they are written there)
+#   hack/stack.sh roll NAME BINARY DIR
+#                                   a Deployment rollout of one replica (maxSurge 1): BINARY
+#                                   starts in the slot NAME does not run in (NAME or
+#                                   NAME-standby) and turns ready as a warm standby, the old
+#                                   process gets SIGTERM (it releases its Lease), and the
+#                                   verb returns once the new one leads (hack/rollout.sh)
 #
 # The e2e suite's hooks are these verbs: test/e2e/hooks.txt is their contract, which
 # hack/e2e-kind-stack.sh implements on kind.
@@ -61,7 +67,7 @@ start_controller() { # name dir
   local name=$1 dir=$2 base=${1%-standby} metrics probe extra=()
   addresses "$name"
   [ "$base" = adapter-controller ] && extra=(--inventory-period 2s)
-  "$bin/$base" --kubeconfig "${CONTROLLER_KUBECONFIG:-$dir/$base.kubeconfig}" \
+  "${CONTROLLER_BIN:-$bin/$base}" --kubeconfig "${CONTROLLER_KUBECONFIG:-$dir/$base.kubeconfig}" \
     --leader-elect --leader-election-namespace loraplane-system --leader-elect-lease-duration "$LEASE_DURATION" \
     --leader-elect-renew-deadline "$RENEW_DEADLINE" --leader-elect-retry-period "$RETRY_PERIOD" \
     --metrics-bind-address "$metrics" --health-probe-bind-address "$probe" --v=4 "${extra[@]}" \
@@ -147,6 +153,27 @@ down() { # dir
   done
 }
 
+# leads NAME: the replica in slot NAME reports leader_election_master_status 1.
+leads() {
+  local metrics probe
+  addresses "$1"
+  curl -fsS "http://$metrics/metrics" 2>/dev/null | grep -q '^leader_election_master_status{.*} 1$'
+}
+
+roll() { # name binary dir
+  local name=$1 binary=$2 dir=$3 old new start
+  old=$name new=$name-standby
+  if [ ! -f "$dir/$name.pid" ]; then old=$name-standby new=$name; fi
+  [ -f "$dir/$old.pid" ] || { echo "$name runs in no slot: nothing to roll" >&2; return 1; }
+  [ -x "$binary" ] || { echo "$binary is not an executable" >&2; return 1; }
+  start=$SECONDS
+  echo "Rolling $name: $binary starts as $new, then $old stops" >>"$dir/$new.log"
+  CONTROLLER_BIN=$binary start_controller "$new" "$dir"
+  stop "$old" "$dir"
+  poll 60 0.2 leads "$new" || { echo "$name: $new did not take the lead within 60s of $old stopping" >&2; return 1; }
+  echo "$name rolled to $binary in $((SECONDS - start))s ($old -> $new)"
+}
+
 ready() { # name
   local metrics probe
   addresses "$1"
@@ -167,5 +194,6 @@ ensure) ensure "${2:?name}" "${3:?dir}" ;;
 ready) ready "${2:?name}" ;;
 restart-apiserver) "$root/hack/cluster.sh" restart-apiserver ${3:+"$3"} ;;
 logs) logs "${2:?dir}" ;;
-*) echo "usage: $0 up|down|logs DIR | stop|start|kill|ensure NAME DIR | ready NAME | restart-apiserver DIR [--compact]" >&2; exit 2 ;;
+roll) roll "${2:?name}" "${3:?binary}" "${4:?dir}" ;;
+*) echo "usage: $0 up|down|logs DIR | stop|start|kill|ensure NAME DIR | ready NAME | restart-apiserver DIR [--compact] | roll NAME BINARY DIR" >&2; exit 2 ;;
 esac

@@ -45,6 +45,18 @@ module_copy() {
   cp -r "$dir" "$src" && chmod -R u+w "$src"
 }
 
+# kube_ldflags: the -ldflags that stamp $version into a Kubernetes binary (its --version and
+# the version the API server reports).
+kube_ldflags() {
+  local f="-s -w" minor=${version#v1.} p
+  minor=${minor%%.*}
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    f+=" -X $p.gitVersion=$version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    f+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$f"
+}
+
 # prometheus_ldflags RELEASE: the -ldflags that stamp github.com/prometheus/common/version.
 prometheus_ldflags() {
   local f="-s -w" v
@@ -62,12 +74,7 @@ kube|kube-node)
   [ "$tool" = kube-node ] && names=(kubelet kubeadm kube-proxy)
   if ! have "${names[@]}"; then
     echo "Building Kubernetes ${version} (${names[*]}); a cold build takes several minutes"
-    minor=${version#v1.}; minor=${minor%%.*}
-    ldflags="-s -w"
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-      ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-    done
+    ldflags=$(kube_ldflags)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     (cd "$root/hack/tools/kube" && go build -ldflags "$ldflags" -o "$tmp/" \
@@ -75,6 +82,23 @@ kube|kube-node)
     for n in "${names[@]}"; do mv "$tmp/$n" "$bin/$n-$version"; done
   fi
   for n in "${names[@]}"; do link "$n"; done
+  ;;
+kube-compat)
+  # kube-compat: the oldest kube-apiserver the chart claims, from hack/tools/kube-compat (its
+  # own module, pinned there), for make test-compat. It goes to bin/k8s-<version>/ beside a
+  # link to bin/etcd, a KUBEBUILDER_ASSETS directory of its own: bin/kube-apiserver (the
+  # pinned KUBE_VERSION) is never touched.
+  pinned=$(cd "$root/hack/tools/kube-compat" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+  [ "$pinned" = "$version" ] || { echo "hack/tools/kube-compat pins k8s.io/kubernetes $pinned, not $version" >&2; exit 1; }
+  dir=$bin/k8s-$version
+  if [ ! -x "$dir/kube-apiserver" ]; then
+    echo "Building kube-apiserver ${version} into ${dir#"$root"/}; a cold build takes several minutes"
+    ldflags=$(kube_ldflags)
+    mkdir -p "$dir"
+    (cd "$root/hack/tools/kube-compat" && go build -trimpath -ldflags "$ldflags" -o "$dir/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+    mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
+  fi
+  ln -sfn ../etcd "$dir/etcd"
   ;;
 etcd)
   if ! have etcd; then

@@ -15,6 +15,10 @@
 //	E2E_COLLECT_LOGS, E2E_STACK, E2E_LOG_DIR
 //	                      the fault hooks: commands of the cluster kind's stack script, whose
 //	                      contract is hooks.txt (hack/lib.sh's e2e_hooks exports them)
+//	E2E_ROLLOUT_PREVIOUS, E2E_ROLLOUT_CURRENT
+//	                      commands rolling the cluster to the previous release and to the
+//	                      current build, manifests, chart and controllers (TestUpgradeRollback;
+//	                      make e2e-local: hack/rollout.sh)
 //	E2E_LEASE_DURATION    the controllers' leader election lease duration
 //	E2E_ENGINE_IMAGE      image of the model pods (kind: the fake engine image)
 //	E2E_REPO_ROOT         the repository (deploy/ is read from there)

@@ -242,6 +242,7 @@ type engineInfo struct {
 	Counts    struct {
 		Loads   int `json:"loads"`
 		Unloads int `json:"unloads"`
+		Lists   int `json:"lists"` // GET /v1/models: the adapter-controller's inventory
 	} `json:"counts"`
 }
 
@@ -489,12 +490,14 @@ func inventoryPeriod(t *testing.T) time.Duration {
 	return d
 }
 
-func shell(t *testing.T, cmd string) {
+// shell runs cmd with bash and returns its output; it fails the test when cmd fails.
+func shell(t *testing.T, cmd string) string {
 	t.Helper()
 	out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, out)
 	}
+	return string(out)
 }
 
 // TestOrphanRouteRemovedAfterRestart: a workload deleted while the router-controller is down

@@ -52,11 +52,11 @@ func TestExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := testenv.ModuleDir("sigs.k8s.io/gateway-api")
+	gw, err := testenv.GatewayAPICRDDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := testenv.Start(filepath.Join(gw, "config", "crd", "standard"))
+	env, err := testenv.Start(gw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +21,16 @@ type Env struct {
 	*envtest.Environment
 	// Config is the admin configuration (system:masters).
 	Config *rest.Config
+	// stopLoopback stops the loopback EndpointSlice rewrite's webhook, where it runs.
+	stopLoopback func()
+}
+
+// Stop stops the control plane and what the environment started beside it.
+func (e *Env) Stop() error {
+	if e.stopLoopback != nil {
+		e.stopLoopback()
+	}
+	return e.Environment.Stop()
 }
 
 // Start starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS (set by the Makefile to
@@ -57,7 +68,7 @@ func StartWithCRDs(crdDirs ...string) (*Env, error) {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	e := &Env{Environment: env, Config: cfg}
-	if err := e.Apply(filepath.Join(root, "hack", "testing", "loopback-endpointslices.yaml")); err != nil {
+	if e.stopLoopback, err = installLoopbackRewrite(e, filepath.Join(root, loopbackPolicy)); err != nil {
 		_ = env.Stop()
 		return nil, err
 	}
@@ -124,4 +135,40 @@ func ModuleDir(module string) (string, error) {
 		return "", fmt.Errorf("module %s is not in the module cache", module)
 	}
 	return dir, nil
+}
+
+// GatewayAPIVersionEnv names the Gateway API release whose CRDs GatewayAPICRDDir returns
+// (make test-compat sets it, e.g. v1.1.0); unset, they are those of the sigs.k8s.io/gateway-api
+// module the calling module builds with.
+const GatewayAPIVersionEnv = "TEST_GATEWAY_API_VERSION"
+
+// GatewayAPICRDDir is the directory of the Gateway API standard channel CRDs the integration
+// tests install: from the gateway-api module of $TEST_GATEWAY_API_VERSION (downloaded into the
+// module cache from the module proxy), else of the calling module's own gateway-api version.
+func GatewayAPICRDDir() (string, error) {
+	dir, err := gatewayAPIModuleDir(os.Getenv(GatewayAPIVersionEnv))
+	if err != nil {
+		return "", err
+	}
+	crds := filepath.Join(dir, "config", "crd", "standard")
+	if _, err := os.Stat(crds); err != nil {
+		return "", fmt.Errorf("the Gateway API module at %s has no standard channel CRDs: %w", dir, err)
+	}
+	return crds, nil
+}
+
+func gatewayAPIModuleDir(version string) (string, error) {
+	const module = "sigs.k8s.io/gateway-api"
+	if version == "" {
+		return ModuleDir(module)
+	}
+	cmd := exec.CommandContext(context.Background(), "go", "mod", "download", "-json", module+"@"+version)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Dir = os.TempDir() // outside any module: the download adds nothing to a go.mod
+	out, err := cmd.Output()
+	var dl struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &dl); jerr != nil || dl.Error != "" || err != nil {
+		return "", fmt.Errorf("go mod download %s@%s (%s): %s: %w", module, version, GatewayAPIVersionEnv, dl.Error, errors.Join(err, jerr))
+	}
+	return dl.Dir, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -47,12 +46,12 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	gw, err := testenv.ModuleDir("sigs.k8s.io/gateway-api")
+	gw, err := testenv.GatewayAPICRDDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "finding the Gateway API CRDs:", err)
 		return 1
 	}
-	if env, err = testenv.Start(filepath.Join(gw, "config", "crd", "standard")); err != nil {
+	if env, err = testenv.Start(gw); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

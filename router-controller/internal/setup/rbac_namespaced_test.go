@@ -39,11 +39,11 @@ func TestChartNamespacedRBAC(t *testing.T) {
 	if _, err := os.Stat(helm); err != nil {
 		t.Fatalf("%s is not built: run make tools (%v)", helm, err)
 	}
-	gwDir, err := testenv.ModuleDir("sigs.k8s.io/gateway-api")
+	gwDir, err := testenv.GatewayAPICRDDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := testenv.Start(filepath.Join(gwDir, "config", "crd", "standard"))
+	env, err := testenv.Start(gwDir)
 	if err != nil {
 		t.Fatal(err)
 	}

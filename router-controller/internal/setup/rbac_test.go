@@ -31,11 +31,11 @@ func TestRBAC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs envtest")
 	}
-	gwDir, err := testenv.ModuleDir("sigs.k8s.io/gateway-api")
+	gwDir, err := testenv.GatewayAPICRDDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := testenv.Start(filepath.Join(gwDir, "config", "crd", "standard"))
+	env, err := testenv.Start(gwDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,8 +345,9 @@ fake-engine: ## Build the fake vLLM/SGLang engine host process into bin/.
 test-deps: $(PROMETHEUS) $(JQ) ## Build Prometheus (and promtool) and jq from the module proxy into bin/: the local stack scrapes with that Prometheus, the scripts filter JSON with that jq.
 
 .PHONY: e2e-local
-e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
+e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus; then make release-test.
 	hack/e2e-local.sh
+	$(MAKE) --no-print-directory release-test
 
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=

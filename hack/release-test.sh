@@ -10,6 +10,7 @@
 #      helm install oci://... → every object of the release exists, the CRD is Established, both
 #      Deployments name their image by tag and digest; helm uninstall; then kubectl apply
 #      --server-side -f dist/install.yaml → the same checks
+#   5. hack/release.sh reproduce: a second build of the same inputs gives dist/ byte for byte
 # Pods do not run on kwok (its nodes fake them); what is checked is what the API server holds.
 # Logs in _artifacts/release-test/; the cluster and the registry are removed at the end.
 set -euo pipefail
@@ -110,3 +111,6 @@ step "kubectl apply --server-side -f dist/install.yaml (PATH: helm, kubectl)"
 as_user kubectl --kubeconfig "$kubeconfig" apply --server-side -f "$dist/install.yaml" >"$art/kubectl-apply.log" 2>&1 ||
   { cat "$art/kubectl-apply.log" >&2; fail "kubectl apply of dist/install.yaml failed"; }
 check_installed install.yaml "$dist/install.yaml"
+
+step "reproducible: a second build of $VERSION"
+"$root/hack/release.sh" reproduce 2>&1 | tee "$art/reproduce.log"

@@ -3,6 +3,8 @@
 #
 #   hack/release.sh build     write dist/ for $VERSION (make release VERSION=vX.Y.Z)
 #   hack/release.sh publish   push dist/'s images and chart to $REGISTRY (make release-publish)
+#   hack/release.sh reproduce build the release again elsewhere, at another time, into another
+#                             directory; its SHA256SUMS must be dist/'s (make release-test)
 #   hack/release.sh notes V   print CHANGELOG.md's section of version V (fails when there is none)
 #   hack/release.sh latest    print the newest version that has a CHANGELOG.md section
 #
@@ -23,8 +25,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/bin
-dist=$root/dist
-work=$root/_artifacts/release
+dist=${RELEASE_DIST:-$root/dist}
+work=${RELEASE_WORK:-$root/_artifacts/release}
 stamp=$dist/.release-inputs
 
 log() { echo "release: $*"; }
@@ -201,10 +203,26 @@ publish() {
   "$bin/helm" push "$chart" "oci://$REGISTRY" "${plain[@]}"
 }
 
+# reproduce: a second build of dist/'s inputs from nothing (another output directory, another wall
+# time; the Go build cache is shared unless GOCACHE says otherwise) must give every byte again.
+reproduce() {
+  [ -f "$stamp" ] || die "dist/ holds no release: run make release VERSION=vX.Y.Z first"
+  VERSION=$(sed -n 's/^version=\([^ ]*\) .*/\1/p' "$stamp")
+  local again=$work-reproduce start=$SECONDS
+  rm -rf "$again"
+  RELEASE_DIST=$again/dist RELEASE_WORK=$again/work RELEASE_REBUILD=1 "$0" build >"$work-reproduce.log" 2>&1 ||
+    { cat "$work-reproduce.log" >&2; die "the second build failed"; }
+  diff -u "$dist/SHA256SUMS" "$again/dist/SHA256SUMS" >&2 ||
+    die "a second build of $VERSION gave other bytes (the lines above; builds in $again/dist)"
+  log "a second build of $VERSION ($((SECONDS - start)) s) gave the same $(wc -l <"$dist/SHA256SUMS") files, byte for byte: reproducible"
+  rm -rf "$again"
+}
+
 case ${1:-} in
 build) build ;;
 publish) publish ;;
+reproduce) reproduce ;;
 notes) VERSION=${2:?version}; check_version; notes "$VERSION" ;;
 latest) latest ;;
-*) echo "usage: $0 build|publish|notes VERSION|latest" >&2; exit 2 ;;
+*) echo "usage: $0 build|publish|reproduce|notes VERSION|latest" >&2; exit 2 ;;
 esac

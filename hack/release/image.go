@@ -112,20 +112,47 @@ func buildIndex(s imageSpec) (v1.ImageIndex, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", s.name, p, err)
 		}
-		cf, err := img.ConfigFile()
+		desc, err := imageDescriptor(img)
 		if err != nil {
 			return nil, err
 		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
-			Add:        img,
-			Descriptor: v1.Descriptor{Platform: cf.Platform()},
-		})
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: described{img, desc}})
 	}
 	annotated, ok := mutate.Annotations(idx, s.labels()).(v1.ImageIndex)
 	if !ok {
 		return nil, errors.New("annotating the index gave no index")
 	}
 	return annotated, nil
+}
+
+// described is an image whose index entry is desc exactly: go-containerregistry would give an
+// image's entry an artifactType (its config's media type), which marks an artifact, not an image.
+type described struct {
+	v1.Image
+	desc v1.Descriptor
+}
+
+func (d described) Descriptor() (*v1.Descriptor, error) { return &d.desc, nil }
+
+// imageDescriptor is the index entry of an image: media type, digest, size and platform.
+func imageDescriptor(img v1.Image) (v1.Descriptor, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	size, err := img.Size()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	return v1.Descriptor{MediaType: mt, Digest: d, Size: size, Platform: cf.Platform()}, nil
 }
 
 // platformImage is one platform's image: the shared base layer, then the binary as /manager.

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // fakeSpec is an image of two platforms whose "binaries" are small files.
@@ -83,6 +84,9 @@ func TestImageContents(t *testing.T) {
 	var platforms []string
 	for _, d := range m.Manifests {
 		platforms = append(platforms, d.Platform.String())
+		if d.ArtifactType != "" || d.MediaType != types.OCIManifestSchema1 {
+			t.Errorf("index entry %s: media type %q, artifactType %q: want an OCI image manifest, no artifact type", d.Platform, d.MediaType, d.ArtifactType)
+		}
 	}
 	if diff := cmp.Diff([]string{"linux/amd64", "linux/arm64"}, platforms); diff != "" {
 		t.Errorf("platforms (-want +got):\n%s", diff)

@@ -24,7 +24,7 @@ dist=$root/dist
 port=${RELEASE_TEST_PORT:-15500}
 registry=127.0.0.1:$port/loraplane
 chart_version=${VERSION#v}
-export CLUSTER_NAME=loraplane-release
+export CLUSTER_NAME=loraplane-release CLUSTER_NODES=1
 start=$SECONDS
 step() { echo "release-test: $* ($((SECONDS - start)) s)"; }
 fail() { echo "release-test: FAIL: $*" >&2; exit 1; }
@@ -63,6 +63,7 @@ for b in $BINARIES; do
   "$tool" verify -layout "$dist/images/$b" -ref "$registry/$b:$VERSION" | tee -a "$art/verify.log"
 done
 nogo=$(go_free_path "$art/nogo")
+mkdir -p "$art/pulled"
 as_user() { # a machine with only helm and kubectl: no Go, no make, no environment of ours
   env -i PATH="$nogo" HOME="$art/home" "$@"
 }

@@ -2,7 +2,7 @@
 # make release-test: the release in dist/ (make release VERSION=$VERSION, which make runs first)
 # published to a real OCI registry on loopback and installed from it the way a platform team
 # would, with nothing but helm and kubectl:
-#   1. the distribution registry (bin/registry) on 127.0.0.1:$RELEASE_TEST_PORT
+#   1. the distribution registry (bin/registry) on 127.0.0.1 (RELEASE_TEST_PORT, or a free port)
 #   2. hack/release.sh publish (make release-publish) to 127.0.0.1:PORT/loraplane
 #   3. both image indexes pulled back: every digest and layer equal to dist/images; the chart
 #      pulled back with helm (--plain-http): the bytes of dist/'s .tgz
@@ -21,7 +21,12 @@ for v in VERSION IMAGE_REGISTRY BINARIES REGISTRY_SERVER; do
 done
 art=$root/_artifacts/release-test
 dist=$root/dist
-port=${RELEASE_TEST_PORT:-15500}
+# The registry's port: RELEASE_TEST_PORT, or the first free one from 15500 (no fixed port, so the
+# test can run beside another on the same machine).
+port=${RELEASE_TEST_PORT:-}
+if [ -z "$port" ]; then
+  for port in $(seq 15500 15599); do open_port "$port" || break; done
+fi
 registry=127.0.0.1:$port/loraplane
 chart_version=${VERSION#v}
 export CLUSTER_NAME=loraplane-release CLUSTER_NODES=1
@@ -102,11 +107,10 @@ as_user helm install loraplane "oci://$registry/loraplane" --version "$chart_ver
 as_user helm get manifest loraplane --kubeconfig "$kubeconfig" --namespace loraplane-system >"$art/helm-manifest.yaml"
 { echo ---; as_user helm show crds "$dist/loraplane-$chart_version.tgz"; } >>"$art/helm-manifest.yaml"
 check_installed helm "$art/helm-manifest.yaml"
-# Without its hooks: the pre-delete cleanup Job cannot run on kwok, and the release's objects
-# are gone either way before install.yaml is applied.
+# Without its hooks: the pre-delete cleanup Job cannot run on kwok. --wait: the release's objects
+# are gone before install.yaml is applied (the namespace stays, by its resource policy).
 as_user helm uninstall loraplane --kubeconfig "$kubeconfig" --namespace loraplane-system --no-hooks --wait >>"$art/helm-install.log" 2>&1 ||
   fail "helm uninstall failed"
-"${kc[@]}" wait --for=delete namespace/loraplane-system --timeout=120s >/dev/null 2>&1 || true
 
 step "kubectl apply --server-side -f dist/install.yaml (PATH: helm, kubectl)"
 as_user kubectl --kubeconfig "$kubeconfig" apply --server-side -f "$dist/install.yaml" >"$art/kubectl-apply.log" 2>&1 ||

@@ -208,6 +208,9 @@ publish() {
 reproduce() {
   [ -f "$stamp" ] || die "dist/ holds no release: run make release VERSION=vX.Y.Z first"
   VERSION=$(sed -n 's/^version=\([^ ]*\) .*/\1/p' "$stamp")
+  REVISION=$(git -C "$root" rev-parse HEAD)
+  SOURCE_DATE_EPOCH=$(git -C "$root" log -1 --format=%ct)
+  [ "$(cat "$stamp")" = "$(inputs)" ] || die "dist/ was built from other inputs than this tree's: run make release VERSION=$VERSION first"
   local again=$work-reproduce start=$SECONDS
   rm -rf "$again"
   RELEASE_DIST=$again/dist RELEASE_WORK=$again/work RELEASE_REBUILD=1 "$0" build >"$work-reproduce.log" 2>&1 ||

@@ -55,6 +55,7 @@ check_version() {
 # inputs: what dist/ is made from; equal inputs give an equal dist/.
 inputs() {
   echo "version=$VERSION revision=$REVISION registry=$IMAGE_REGISTRY platforms=$PLATFORMS epoch=$SOURCE_DATE_EPOCH"
+  echo "ldflags=$LDFLAGS"
   go version
   echo "changes=$(git -C "$root" status --porcelain --untracked-files=no | sha256sum | cut -c1-16) $(git -C "$root" diff HEAD | sha256sum | cut -c1-16)"
 }
@@ -208,6 +209,7 @@ publish() {
 reproduce() {
   [ -f "$stamp" ] || die "dist/ holds no release: run make release VERSION=vX.Y.Z first"
   VERSION=$(sed -n 's/^version=\([^ ]*\) .*/\1/p' "$stamp")
+  export VERSION
   REVISION=$(git -C "$root" rev-parse HEAD)
   SOURCE_DATE_EPOCH=$(git -C "$root" log -1 --format=%ct)
   [ "$(cat "$stamp")" = "$(inputs)" ] || die "dist/ was built from other inputs than this tree's: run make release VERSION=$VERSION first"

@@ -125,8 +125,8 @@ build_chart() { # dist/loraplane-X.Y.Z.tgz
   sets+=(-set "adapterController.image.digest=$(digest_of adapter-controller)")
   sets+=(-set "routerController.image.digest=$(digest_of router-controller)")
   "$work/release" values -in "$chart/values.yaml" -out "$chart/values.yaml" "${sets[@]}"
-  # helm package takes each file's modification time into the archive.
-  find "$chart" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+  # helm package stamps the archive's entries with SOURCE_DATE_EPOCH (exported by build; without
+  # it, each file's modification time).
   "$bin/helm" package "$chart" --version "${VERSION#v}" --app-version "$VERSION" -d "$dist" >/dev/null
   "$bin/helm" template loraplane "$dist/loraplane-${VERSION#v}.tgz" --namespace loraplane-system >"$work/chart.yaml"
   for b in $BINARIES; do

@@ -132,7 +132,8 @@ type described struct {
 	desc v1.Descriptor
 }
 
-func (d described) Descriptor() (*v1.Descriptor, error) { return &d.desc, nil }
+// Descriptor is what partial.Descriptor (and so mutate.AppendManifests) asks for.
+func (d described) Descriptor() (*v1.Descriptor, error) { return &d.desc, nil } //nolint:unparam // the interface's signature
 
 // imageDescriptor is the index entry of an image: media type, digest, size and platform.
 func imageDescriptor(img v1.Image) (v1.Descriptor, error) {

@@ -29,6 +29,9 @@ GOJQ_VERSION ?= v0.12.19
 # runs). KUBE_COMPAT_VERSION is also pinned in hack/tools/kube-compat/go.mod.
 KUBE_COMPAT_VERSION ?= v1.31.14
 GATEWAY_API_OLDEST ?= v1.2.1
+# make release's SBOMs, and the OCI registry make release-test publishes to.
+CYCLONEDX_GOMOD_VERSION ?= v1.10.0
+DISTRIBUTION_VERSION ?= v3.1.2
 
 KUBE_APISERVER := $(BIN)/kube-apiserver-$(KUBE_VERSION)
 ETCD := $(BIN)/etcd-$(ETCD_VERSION)
@@ -40,6 +43,8 @@ PROMETHEUS := $(BIN)/prometheus-$(PROMETHEUS_MODULE_VERSION)
 PROMTOOL := $(BIN)/promtool-$(PROMETHEUS_MODULE_VERSION)
 JQ := $(BIN)/jq-$(GOJQ_VERSION)
 KUBE_COMPAT_APISERVER := $(BIN)/k8s-$(KUBE_COMPAT_VERSION)/kube-apiserver
+CYCLONEDX_GOMOD := $(BIN)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)
+REGISTRY_SERVER := $(BIN)/registry-$(DISTRIBUTION_VERSION)
 KUBECTL := $(BIN)/kubectl
 
 BINARIES := adapter-controller router-controller
@@ -114,20 +119,25 @@ vet: ## Run go vet on every module (and the e2e suite).
 	go vet $(addprefix ./,$(addsuffix /...,$(MODULES)))
 	cd test/e2e && go vet -tags e2e ./...
 	$(PROMCHECK) go vet ./...
+	$(RELEASE_MODULE) go vet ./...
 
 .PHONY: lint
 lint: vet $(GOLANGCI_LINT) ## Run go vet and golangci-lint (config: .golangci.yml).
 	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...); done
 	cd test/e2e && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml --build-tags e2e ./...
 	$(PROMCHECK) $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...
+	$(RELEASE_MODULE) $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml ./...
 
 .PHONY: test
 test: tools verify-generated docs-check chart-check test-rules test-promql ## Run unit and integration tests (envtest on the pinned kube-apiserver and etcd), the flag reference drift check, helm lint/template and the chart drift test, the alert rule tests and the PromQL checks.
 	go test -count=1 -timeout 20m $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	$(RELEASE_MODULE) go test -count=1 ./...
 
 # hack/promcheck is a module outside the workspace (GOWORK=off): the Prometheus module it
 # parses PromQL with never reaches the controllers' dependency graph.
 PROMCHECK := cd hack/promcheck && GOWORK=off
+# hack/release (make release's image builder) likewise: go-containerregistry stays out of it.
+RELEASE_MODULE := cd hack/release && GOWORK=off
 
 # docs/flags.md is generated from the binaries' --help (hack/flagsdoc, a module outside the
 # workspace with no dependencies); the binaries are built into a temporary directory.
@@ -258,6 +268,10 @@ $(PROMETHEUS) $(PROMTOOL):
 	PROMETHEUS_RELEASE=$(PROMETHEUS_VERSION) hack/tools/build.sh prometheus $(PROMETHEUS_MODULE_VERSION)
 $(JQ):
 	hack/tools/build.sh jq $(GOJQ_VERSION)
+$(CYCLONEDX_GOMOD):
+	hack/tools/build.sh cyclonedx-gomod $(CYCLONEDX_GOMOD_VERSION)
+$(REGISTRY_SERVER):
+	hack/tools/build.sh registry $(DISTRIBUTION_VERSION)
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the pinned tools).
@@ -351,6 +365,39 @@ deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namesp
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log
 	@if grep -q "violate PodSecurity" _artifacts/deploy-check.log; then echo "Pod Security restricted violated" >&2; exit 1; fi
 
+##@ Release
+
+# make release: dist/ for VERSION (hack/release.sh; CONTRIBUTING.md, "Releasing"). The images
+# are $(IMAGE_REGISTRY)/<binary>:$(VERSION)@<digest>, for RELEASE_PLATFORMS.
+RELEASE_PLATFORMS ?= linux/amd64,linux/arm64
+# make release-publish: where the images and the chart go (host[:port]/namespace).
+REGISTRY ?=
+# make release-test: the version it builds, the newest with a CHANGELOG.md section.
+RELEASE_TEST_VERSION ?= $(shell hack/release.sh latest)
+RELEASE_ENV = VERSION=$(VERSION) LDFLAGS="$(LDFLAGS)" IMAGE_REGISTRY=$(IMAGE_REGISTRY) \
+  PLATFORMS=$(RELEASE_PLATFORMS) BINARIES="$(BINARIES)" CYCLONEDX_GOMOD=$(CYCLONEDX_GOMOD) REGISTRY=$(REGISTRY)
+
+.PHONY: release-tools
+release-tools: $(CYCLONEDX_GOMOD) $(REGISTRY_SERVER) ## Build what the release targets use into bin/: cyclonedx-gomod and the distribution registry.
+
+.PHONY: release
+release: $(CYCLONEDX_GOMOD) $(HELM) $(KUBE_APISERVER) ## Build the release into dist/: make release VERSION=vX.Y.Z (multi-arch OCI image layouts, install.yaml, crds.yaml, the chart .tgz, SBOMs, release notes from CHANGELOG.md, SHA256SUMS); reproducible, kept when built from the same inputs.
+	$(RELEASE_ENV) hack/release.sh build
+
+.PHONY: release-publish
+release-publish: $(HELM) ## Push dist/'s images and chart to an OCI registry: make release-publish REGISTRY=host:port/namespace (plain HTTP on loopback).
+	$(RELEASE_ENV) hack/release.sh publish
+
+.PHONY: release-test
+release-test: cluster-tools $(HELM) $(REGISTRY_SERVER) $(CYCLONEDX_GOMOD) $(JQ) ## make release of RELEASE_TEST_VERSION, published to a registry on loopback, pulled back, installed into a kwok cluster with only helm and kubectl on PATH.
+	$(MAKE) --no-print-directory release VERSION=$(RELEASE_TEST_VERSION)
+	$(MAKE) --no-print-directory release-test-run VERSION=$(RELEASE_TEST_VERSION)
+
+# make release-test's second half, in a make whose VERSION (and so LDFLAGS) is the tested one.
+.PHONY: release-test-run
+release-test-run:
+	$(RELEASE_ENV) hack/release-test.sh
+
 ##@ End to end
 
 .PHONY: fake-engine
@@ -361,8 +408,9 @@ fake-engine: ## Build the fake vLLM/SGLang engine host process into bin/.
 test-deps: $(PROMETHEUS) $(JQ) ## Build Prometheus (and promtool) and jq from the module proxy into bin/: the local stack scrapes with that Prometheus, the scripts filter JSON with that jq.
 
 .PHONY: e2e-local
-e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus.
+e2e-local: cluster-tools $(HELM) build fake-engine test-deps ## Run the e2e suite on the local kwok cluster with both controllers, the fake engine and Prometheus; then make release-test.
 	hack/e2e-local.sh
+	$(MAKE) --no-print-directory release-test
 
 SOAK_DURATION ?= 10m
 SOAK_SEED ?=
@@ -389,6 +437,7 @@ KIND_CLUSTER ?= loraplane-e2e
 KIND_NODE_IMAGE ?= kindest/node:$(KUBE_VERSION)
 E2E_DRY_RUN ?=
 export KUBE_VERSION ETCD_VERSION KIND_VERSION COREDNS_VERSION CRICTL_VERSION KIND_CLUSTER KIND_NODE_IMAGE IMAGE_REGISTRY
+export DISTRIBUTION_VERSION REGISTRY_SERVER
 export TRAEFIK_VERSION PROMETHEUS_OPERATOR_VERSION PROMETHEUS_VERSION PROMETHEUS_MODULE_VERSION GOJQ_VERSION
 
 $(KIND):

@@ -7,7 +7,14 @@
 #                   deploy/chart/loraplane, the suite, helm upgrade with changed values (both
 #                   Deployments roll), the suite again (E2E_RUN_UPGRADED, default E2E_RUN), then
 #                   helm uninstall with a loaded adapter: it stays loaded (and the CRD); then
-#                   the opted-in purge removes it (hack/e2e-kind-helm.sh)
+#                   the opted-in purge removes it (hack/e2e-kind-helm.sh);
+#                   release: the release in dist/ (make release VERSION=$RELEASE_VERSION, default
+#                   the newest CHANGELOG.md section) published to a registry on the kind network
+#                   (bin/registry in a container, 127.0.0.1:25000 on the host) that the node's
+#                   containerd mirrors $IMAGE_REGISTRY from, then installed with only kubectl on
+#                   PATH: kubectl apply --server-side -f dist/install.yaml;
+#                   release-helm: the same registry, helm install oci://... of the release's chart
+#                   (UNTESTED here: this machine has no Docker engine)
 #   KIND_CLUSTER    cluster name (default loraplane-e2e); reused when it exists
 #   KIND_NODE_IMAGE node image (default kindest/node:$KUBE_VERSION)
 #
@@ -42,7 +49,7 @@ stack_images=("traefik:$TRAEFIK_VERSION"
 kubectl=("$root/bin/kubectl" --context "$context")
 dry=${E2E_DRY_RUN:-}
 install=${E2E_INSTALL:-kustomize}
-case $install in kustomize | helm) ;; *) echo "E2E_INSTALL=$install: want kustomize or helm" >&2; exit 2 ;; esac
+case $install in kustomize | helm | release | release-helm) ;; *) echo "E2E_INSTALL=$install: want kustomize, helm, release or release-helm" >&2; exit 2 ;; esac
 helm=("$root/bin/helm" --kube-context "$context")
 chart=deploy/chart/loraplane
 run() { if [ -n "$dry" ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
@@ -123,13 +130,15 @@ step "Prometheus Operator CRDs ($PROMETHEUS_OPERATOR_VERSION)"
 po=$(cd "$art" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | jq -r .Dir)
 run "${kubectl[@]}" apply --server-side -f "$po/example/prometheus-operator-crd"
 
+controllers=(adapter-controller router-controller)
+case $install in release*) controllers=(); . "$root/hack/e2e-kind-release.sh" ;; esac
 step "images ($registry/*:$tag)"
-for b in adapter-controller router-controller; do
+for b in "${controllers[@]}"; do
   run make --no-print-directory docker-build BINARY=$b IMAGE_REGISTRY="$registry" IMAGE_TAG="$tag"
 done
 run docker build -q --build-arg BUILDER_IMAGE="$BUILDER_IMAGE" --build-arg BASE_IMAGE="$BASE_IMAGE" \
   -f test/fakeengine.Dockerfile -t "$registry/fake-engine:$tag" .
-for b in adapter-controller router-controller fake-engine; do
+for b in "${controllers[@]}" fake-engine; do
   run "$kind" load docker-image --name "$cluster" "$registry/$b:$tag"
 done
 # Loaded only when the node lacks them (they never change under a tag).
@@ -164,6 +173,13 @@ if [ "$install" = kustomize ]; then
   run "${kubectl[@]}" -n loraplane-system rollout restart deploy/adapter-controller deploy/router-controller
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
   run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
+elif [ "$install" != helm ]; then
+  release_install # hack/e2e-kind-release.sh
+  overlay helm # the suite's objects only: the controllers are the release's
+  run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
+  run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
+  run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
+  run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
 else
   step "helm install $chart with the e2e images"
   # A release left by an earlier run goes first, the way a user would remove it.

@@ -42,3 +42,30 @@ e2e_hooks() {
   done <"$lib_root/test/e2e/hooks.txt"
   export E2E_STACK=$stack E2E_LOG_DIR=$dir
 }
+
+# go_free_path DIR: makes DIR/bin hold only helm and kubectl (links to bin/) and prints it: the
+# PATH of a machine with only those two, no Go, no make. Installs from a release run as
+#   env -i PATH="$(go_free_path DIR)" HOME=DIR helm|kubectl ...
+go_free_path() {
+  local t
+  mkdir -p "$1/bin"
+  for t in helm kubectl; do ln -sfn "$(readlink -f "$lib_root/bin/$t")" "$1/bin/$t"; done
+  for t in go make gcc; do
+    if env -i PATH="$1/bin" /bin/sh -c "command -v $t" >/dev/null 2>&1; then
+      echo "go_free_path: $t is on $1/bin" >&2
+      return 1
+    fi
+  done
+  echo "$1/bin"
+}
+
+# registry_config ROOTDIR ADDR: a configuration of the distribution registry (bin/registry)
+# storing its blobs under ROOTDIR and listening on ADDR, without TLS (loopback or a test network).
+registry_config() {
+  cat <<YAML
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $1}, delete: {enabled: true}}
+http: {addr: "$2"}
+YAML
+}

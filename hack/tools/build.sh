@@ -187,6 +187,19 @@ jq)
   fi
   link jq
   ;;
+registry)
+  # The CNCF distribution registry (github.com/distribution/distribution/v3, cmd/registry): a
+  # real OCI registry on loopback that make release-test publishes the release to and pulls
+  # it back from.
+  have registry || { echo "Building registry (distribution ${version})"; goinstall registry github.com/distribution/distribution/v3/cmd/registry \
+    -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$version"; }
+  link registry
+  ;;
+cyclonedx-gomod)
+  # CycloneDX SBOMs from the Go module graph: make release writes one per image.
+  have cyclonedx-gomod || { echo "Building cyclonedx-gomod ${version}"; goinstall cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod -trimpath -ldflags "-s -w"; }
+  link cyclonedx-gomod
+  ;;
 controller-gen)
   have controller-gen || { echo "Building controller-gen ${version}"; goinstall controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen; }
   link controller-gen

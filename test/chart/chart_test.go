@@ -311,8 +311,8 @@ func TestChartFullValues(t *testing.T) {
 		flags map[string]any
 		image string
 	}{
-		"adapter-controller": {values.AdapterController.Flags, "registry.example.com/mirror/adapter-controller:v9.9.8"},
-		"router-controller":  {values.RouterController.Flags, "registry.example.com/platform/router-controller:v9.9.9"},
+		"adapter-controller": {values.AdapterController.Flags, "registry.example.com/mirror/adapter-controller:v9.9.8@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+		"router-controller":  {values.RouterController.Flags, "registry.example.com/platform/router-controller:v9.9.9@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"},
 	}
 	for name, want := range deployments {
 		d := must("apps/v1 Deployment loraplane-system/" + name)

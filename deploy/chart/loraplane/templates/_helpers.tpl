@@ -28,7 +28,7 @@ app.kubernetes.io/part-of: loraplane
 {{- define "loraplane.image" -}}
 {{- $repo := .values.image.repository | default (printf "%s/%s" .root.Values.image.registry .name) -}}
 {{- $tag := .values.image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
-{{- printf "%s:%s" $repo $tag -}}
+{{- with .values.image.digest }}{{ printf "%s:%s@%s" $repo $tag . }}{{ else }}{{ printf "%s:%s" $repo $tag }}{{ end -}}
 {{- end }}
 
 {{/*

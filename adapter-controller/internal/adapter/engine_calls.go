@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
@@ -398,6 +399,9 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 		releaseList:   func() { r.listSlots.Release(1) },
 		aibrixRunning: func(ctx context.Context) bool { return r.opts.AIBrix.Check(ctx).Running },
 		store:         newStrayStore(r.apiReader, r.client, r.opts.StrayNamespace),
+		// An unload or a grown capacity makes room for the adapters waiting for it.
+		freed:           func(pod types.NamespacedName) { r.ledger.wakeWaitersOf(pod) },
+		capacityChanged: func(pod types.NamespacedName) { r.ledger.wakeWaitersOf(pod) },
 	}
 }
 

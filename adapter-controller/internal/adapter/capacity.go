@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,13 +284,13 @@ type capacityPlan struct {
 	invalid []error       // invalid capacity annotations
 }
 
-// fit decides, under the ledger's lock, the candidates with room for the adapter, lets
-// place choose among them, and records the result: choose is the placement policy applied
-// to the pods with room. It returns the chosen pods and the plan.
+// fit decides, under the ledger's lock, the candidates with room for the adapter (a pod it
+// is on always has; a pod of unknown capacity too; another pod when its free slots outnumber
+// the older adapters waiting for it), lets choose (the placement policy) pick among them,
+// and records the result. It returns the chosen pods and the plan.
 func (l *ledger) fit(p *pass, current map[string]bool, capacity func(*corev1.Pod) podCapacity, listed func(*corev1.Pod) []string,
 	choose func(fits []*corev1.Pod) []*corev1.Pod) (chosen []*corev1.Pod, plan capacityPlan) {
 	a := p.adapter
-	key := client.ObjectKeyFromObject(a)
 	l.mu.Lock()
 	for _, pod := range p.candidates {
 		c := capacity(pod)
@@ -308,13 +309,27 @@ func (l *ledger) fit(p *pass, current map[string]bool, capacity func(*corev1.Pod
 		}
 	}
 	chosen = choose(plan.fits)
+	wake := l.recordLocked(p, chosen, len(plan.full) > 0)
+	l.mu.Unlock()
+	for _, w := range wake {
+		l.wake(w)
+	}
+	return chosen, plan
+}
+
+// recordLocked records where the adapter of the pass is placed (and may still be loaded)
+// and whether it waits, setting p.waiting; it returns the waiters to wake: those wanting a
+// pod the adapter left, or a pod it no longer waits for.
+func (l *ledger) recordLocked(p *pass, chosen []*corev1.Pod, someFull bool) []types.NamespacedName {
+	a := p.adapter
+	key := client.ObjectKeyFromObject(a)
 	want := len(p.candidates)
 	if r := a.Spec.Replicas; r != nil {
 		want = min(want, int(*r))
 	}
-	p.waiting = max(0, want-len(chosen)-len(p.kept))
-	if len(plan.full) == 0 {
-		p.waiting = 0 // fewer pods than spec.replicas, none full: InsufficientReadyPods says so
+	p.waiting = 0
+	if someFull { // otherwise fewer pods than spec.replicas, none full: InsufficientReadyPods
+		p.waiting = max(0, want-len(chosen)-len(p.kept))
 	}
 	pods := make([]string, 0, len(chosen))
 	chosenSet := map[string]bool{}
@@ -327,7 +342,13 @@ func (l *ledger) fit(p *pass, current map[string]bool, capacity func(*corev1.Pod
 			pods = append(pods, pod) // may still hold it until unloaded
 		}
 	}
-	left := l.setLocked(key, pods)
+	freed := l.setLocked(key, pods)
+	if prev := l.waiting[key]; prev != nil && p.waiting == 0 {
+		for pod := range prev.wants {
+			freed = append(freed, pod) // younger waiters may take them now
+		}
+	}
+	delete(l.waiting, key)
 	if p.waiting > 0 {
 		w := &waiter{created: a.CreationTimestamp, wants: map[string]bool{}}
 		for _, pod := range p.candidates {
@@ -337,17 +358,8 @@ func (l *ledger) fit(p *pass, current map[string]bool, capacity func(*corev1.Pod
 			}
 		}
 		l.waiting[key] = w
-	} else {
-		delete(l.waiting, key)
 	}
-	wake := l.waitersForLocked(a.Namespace, left)
-	l.mu.Unlock()
-	for _, w := range wake {
-		if w != key {
-			l.wake(w)
-		}
-	}
-	return chosen, plan
+	return slices.DeleteFunc(l.waitersForLocked(a.Namespace, freed), func(w types.NamespacedName) bool { return w == key })
 }
 
 // usage is, per model pool (namespace and model label of the pods), the adapter slots of

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
@@ -239,5 +240,49 @@ func TestFitConcurrentReconcilesNeverOversubscribe(t *testing.T) {
 	f.overCapacity(t)
 	if got := f.perPod(); got["p"] != 3 || got["q"] != 2 {
 		t.Errorf("per pod %v, want p 3, q 2", got)
+	}
+}
+
+func TestFitWakesYoungerWaitersWhenAnOlderOneIsPlaced(t *testing.T) {
+	f := newFleet(map[string]int{"p": 1, "q": 1}, "p", "q")
+	f.reconcile(fleetAdapter("x", 0, ptr.To[int32](1)))
+	f.reconcile(fleetAdapter("y", 1, ptr.To[int32](1)))
+	old := fleetAdapter("old", 2, ptr.To[int32](1))
+	young := fleetAdapter("young", 3, ptr.To[int32](1))
+	f.reconcile(old)
+	f.reconcile(young)
+	for _, name := range []string{"x", "y"} {
+		f.l.forget(types.NamespacedName{Namespace: "ns", Name: name})
+		delete(f.holds, name)
+	}
+	// Both pods are free, but "old" wants both: "young" yields until "old" is placed.
+	if p := f.reconcile(young); len(p.desired) != 0 {
+		t.Fatalf("young placed on %v before the older waiter", names(p.desired))
+	}
+	f.woken = nil
+	if p := f.reconcile(old); len(p.desired) != 1 {
+		t.Fatalf("old: placed on %v", names(p.desired))
+	}
+	if !slices.Contains(f.woken, "young") {
+		t.Errorf("woken %v: the younger waiter is not told that the older one no longer waits", f.woken)
+	}
+	if p := f.reconcile(young); len(p.desired) != 1 || p.waiting != 0 {
+		t.Errorf("young: placed on %v, waiting %d; want the other pod", names(p.desired), p.waiting)
+	}
+	f.overCapacity(t)
+}
+
+func TestPodCapacityAnnotationChangeEnqueues(t *testing.T) {
+	pred := podServingChanged()
+	o := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{v1alpha1.AdapterCapacityAnnotation: "1"}}}
+	n := o.DeepCopy()
+	n.Annotations[v1alpha1.AdapterCapacityAnnotation] = "4"
+	if !pred.Update(event.UpdateEvent{ObjectOld: o, ObjectNew: n}) {
+		t.Error("raising the capacity annotation does not reach the adapters")
+	}
+	n = o.DeepCopy()
+	n.Annotations["other"] = "x"
+	if pred.Update(event.UpdateEvent{ObjectOld: o, ObjectNew: n}) {
+		t.Error("an unrelated annotation reaches the adapters")
 	}
 }

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,10 +10,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
@@ -284,5 +291,78 @@ func TestPodCapacityAnnotationChangeEnqueues(t *testing.T) {
 	n.Annotations["other"] = "x"
 	if pred.Update(event.UpdateEvent{ObjectOld: o, ObjectNew: n}) {
 		t.Error("an unrelated annotation reaches the adapters")
+	}
+}
+
+// metricsEngine is a fake engine that also exports its capacity metrics.
+type metricsEngine struct {
+	*fakeEngine
+	mu       sync.Mutex
+	maxLoras map[string]int // by pod IP
+	reads    map[string]int
+}
+
+func (m *metricsEngine) ReadMetrics(_ context.Context, ep engine.Endpoint) (engine.Metrics, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads[ep.Host]++
+	return engine.Metrics{MaxLoras: m.maxLoras[ep.Host]}, nil
+}
+
+// TestPollReadsCapacityMetrics: the inventory poll reads each polled pod's metrics once per
+// poll (none for a pod whose annotation sets its capacity), keeps what they report for
+// placement, and tells when a pod's reported capacity changed.
+func TestPollReadsCapacityMetrics(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pods []*corev1.Pod
+	objs := []client.Object{}
+	for i := range 3 {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprint(i))},
+			Status: corev1.PodStatus{PodIP: fmt.Sprintf("127.0.41.%d", i+1),
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+		pods = append(pods, pod)
+		objs = append(objs, pod)
+	}
+	pods[2].Annotations = map[string]string{v1alpha1.AdapterCapacityAnnotation: "9"}
+	objs = append(objs, &v1alpha1.ModelAdapter{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
+		Status:     v1alpha1.ModelAdapterStatus{Instances: []string{"p0", "p1", "p2"}},
+	})
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	eng := &metricsEngine{fakeEngine: newFakeEngine(), maxLoras: map[string]int{"127.0.41.1": 4, "127.0.41.2": 2, "127.0.41.3": 1}, reads: map[string]int{}}
+	var changed []string
+	var mu sync.Mutex
+	hooks := unboundedHooks()
+	hooks.apiKey = func(context.Context, *v1alpha1.ModelAdapter) (string, error) { return "", nil }
+	hooks.capacityChanged = func(pod types.NamespacedName) {
+		mu.Lock()
+		defer mu.Unlock()
+		changed = append(changed, pod.Name)
+	}
+	inv := NewInventory(eng, reader, time.Minute, 4, clock.RealClock{}, hooks)
+	for range 2 {
+		if err := inv.poll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := eng.reads; got["127.0.41.1"] != 2 || got["127.0.41.2"] != 2 || got["127.0.41.3"] != 0 {
+		t.Errorf("metrics reads by pod IP %v; want 2 each for p0 and p1 (one per poll), none for the annotated p2", got)
+	}
+	if c := inv.maxLoras(pods[0]); c != 4 {
+		t.Errorf("p0's reported max_loras %d, want 4", c)
+	}
+	if c := (&Reconciler{inventory: inv}).capacityOf(pods[1]); !c.known || c.slots != 2 || c.source != CapacityFromMetrics {
+		t.Errorf("p1's capacity %+v, want 2 from metrics", c)
+	}
+	slices.Sort(changed)
+	if !slices.Equal(changed, []string{"p0", "p1"}) {
+		t.Errorf("capacity changes told %v, want p0 and p1 once (the second poll read the same)", changed)
 	}
 }

@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +166,49 @@ func TestCapacityScaleIn(t *testing.T) {
 		t.Errorf("%s is Running", younger)
 	}
 	checkCapacity(t, engines, capacity)
+}
+
+// TestPreflightExcludesEnginesWithoutRuntimeLoRA: of three matching pods, one runs vLLM
+// without --enable-lora and one without VLLM_ALLOW_RUNTIME_LORA_UPDATING; the adapter (on
+// every pod) is loaded on the third only, no load is sent to the others, and the Scheduled
+// condition names the missing flag and variable.
+func TestPreflightExcludesEnginesWithoutRuntimeLoRA(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	vllm := func(args []string, env []corev1.EnvVar) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers = []corev1.Container{{Name: "vllm", Image: "vllm", Command: []string{"vllm", "serve"}, Args: args, Env: env}}
+		}
+	}
+	on := []corev1.EnvVar{{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "true"}}
+	engines := map[string]*fakeengine.Engine{}
+	for name, mutate := range map[string]func(*corev1.Pod){
+		"no-lora":    vllm([]string{"m"}, on),
+		"no-runtime": vllm([]string{"m", "--enable-lora", "--max-loras", "4"}, nil),
+		"ready":      vllm([]string{"m", "--enable-lora", "--max-loras", "4"}, on),
+	} {
+		ip := newIP()
+		engines[name] = engine(t, ip, 8000, fakeengine.Options{})
+		modelPod(t, ns, name, ip, modelLabels("pre"), mutate)
+	}
+	a := newAdapter(ns, "lora", "pre")
+	if err := k8s.Create(ctxFor(t), a); err != nil {
+		t.Fatal(err)
+	}
+	got := waitAdapter(t, client.ObjectKeyFromObject(a), 30*time.Second, "Running on the one pod that can take it", running(1))
+	if joined(got.Status.Instances) != "ready" || got.Status.Candidates != 1 {
+		t.Errorf("instances %v, candidates %d; want ready, 1", got.Status.Instances, got.Status.Candidates)
+	}
+	msg := condition(got, v1alpha1.ConditionScheduled).Message
+	for _, want := range []string{"pod no-lora cannot take it (LoRADisabled): container vllm runs vLLM without --enable-lora",
+		"pod no-runtime cannot take it (LoRAUpdatingDisabled): container vllm runs vLLM without VLLM_ALLOW_RUNTIME_LORA_UPDATING=true"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Scheduled message %q does not say %q", msg, want)
+		}
+	}
+	for _, name := range []string{"no-lora", "no-runtime"} {
+		if n := engines[name].Loads(); n != 0 {
+			t.Errorf("%d loads sent to %s", n, name)
+		}
+	}
 }

@@ -60,7 +60,7 @@ func TestCapacityOf(t *testing.T) {
 }
 
 func TestRankOf(t *testing.T) {
-	for v, want := range map[string]int{"16": 16, " 8": 8, "0": -1, "x": -1, "-4": -1} {
+	for v, want := range map[string]int{"16": 16, "8\n": 8, "0": -1, "x": -1, "-4": -1} {
 		a := &v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.LoRARankAnnotation: v}}}
 		got, err := rankOf(a)
 		if (want < 0) != (err != nil) || (want >= 0 && got != want) {
@@ -106,9 +106,7 @@ func fleetAdapter(name string, age int, replicas *int32) *v1alpha1.ModelAdapter 
 // records where it is (as if loaded at once).
 func (f *fleet) reconcile(a *v1alpha1.ModelAdapter) *pass {
 	p := newPass(a)
-	for _, pod := range f.pods {
-		p.candidates = append(p.candidates, pod)
-	}
+	p.candidates = append(p.candidates, f.pods...)
 	current := map[string]bool{}
 	f.mu.Lock()
 	for pod := range f.holds[a.Name] {

@@ -247,7 +247,7 @@ func (l *ledger) wakeWaitersOf(pod types.NamespacedName) {
 	}
 }
 
-// occupied is how many adapters other than the named one are on the pod: placed there by
+// occupiedLocked is how many adapters other than the named one are on the pod: placed there by
 // this controller, or listed by its engine.
 func (l *ledger) occupiedLocked(pod *corev1.Pod, adapter string, listed []string) int {
 	podKey := client.ObjectKeyFromObject(pod)
@@ -362,7 +362,7 @@ func (l *ledger) recordLocked(p *pass, chosen []*corev1.Pod, someFull bool) []ty
 	return slices.DeleteFunc(l.waitersForLocked(a.Namespace, freed), func(w types.NamespacedName) bool { return w == key })
 }
 
-// usage is, per model pool (namespace and model label of the pods), the adapter slots of
+// poolUsage is, per model pool (namespace and model label of the pods), the adapter slots of
 // the pods whose capacity is known, those in use, and the adapters waiting for room.
 type poolUsage struct {
 	total, used, waiting int

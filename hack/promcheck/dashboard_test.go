@@ -84,6 +84,7 @@ func TestDashboard(t *testing.T) {
 		"loraplane_handler_synced", "loraplane_adapters", "loraplane_adapter_loads_total",
 		"loraplane_adapter_unloads_total", "loraplane_engine_request_duration_seconds_bucket", "loraplane_adapter_instances",
 		"loraplane_routes", "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+		"loraplane_adapter_slots", "loraplane_adapters_waiting_for_capacity",
 	} {
 		if !used[m] {
 			t.Errorf("the dashboard has no panel on %s", m)

@@ -125,7 +125,9 @@ func TestExportedMetrics(t *testing.T) {
 	}
 	t.Cleanup(eng.Close)
 	labels := map[string]string{"model.aibrix.ai/name": "m", "adapter.model.aibrix.ai/enabled": "true"}
-	if _, err := testenv.CreateReadyPod(ctx, k8s, "models", "m-0", ip, labels); err != nil {
+	// A known adapter capacity puts the model pool's slot series in the scrape.
+	withCapacity := func(p *corev1.Pod) { p.Annotations = map[string]string{"loraplane.io/adapter-capacity": "4"} }
+	if _, err := testenv.CreateReadyPod(ctx, k8s, "models", "m-0", ip, labels, withCapacity); err != nil {
 		t.Fatal(err)
 	}
 	a := modelAdapter("lora", "huggingface://org/lora-v1", labels)

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -398,6 +399,9 @@ func (r *Reconciler) inventoryHooks() inventoryHooks {
 		releaseList:   func() { r.listSlots.Release(1) },
 		aibrixRunning: func(ctx context.Context) bool { return r.opts.AIBrix.Check(ctx).Running },
 		store:         newStrayStore(r.apiReader, r.client, r.opts.StrayNamespace),
+		// An unload or a grown capacity makes room for the adapters waiting for it.
+		freed:           func(pod types.NamespacedName) { r.ledger.wakeWaitersOf(pod) },
+		capacityChanged: func(pod types.NamespacedName) { r.ledger.wakeWaitersOf(pod) },
 	}
 }
 

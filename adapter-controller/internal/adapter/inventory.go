@@ -52,8 +52,18 @@ type Inventory struct {
 	release, releaseList func()
 	listings             *listings
 
+	// readMetrics reads an engine's metrics (nil: the engine client cannot), freed is told
+	// of a pod an unload made room on, capacityChanged of a pod whose reported capacity
+	// changed.
+	readMetrics     func(ctx context.Context, ep engine.Endpoint) (engine.Metrics, error)
+	freed           func(pod types.NamespacedName)
+	capacityChanged func(pod types.NamespacedName)
+
 	mu   sync.Mutex
 	pods map[types.NamespacedName]*podInventory
+	// reported is what each pod's engine metrics last said of its capacity (the pods the
+	// poll lists), by pod incarnation.
+	reported map[types.NamespacedName]reportedCapacity
 	// recorded is, as of the last poll, which adapters recorded each pod (scheduled-pods
 	// annotation or status instances); strays are recorded loads whose adapter is gone.
 	recorded map[types.NamespacedName]*recordedPod
@@ -84,6 +94,12 @@ type vacatedAddress struct {
 	apiKey string                // the key that listed the pod: only ever sent to it again
 	loads  map[string]*strayLoad // by adapter name: its UID and the path the engine listed
 	polls  int                   // polls that found no pod at the address
+}
+
+// reportedCapacity is vLLM's --max-loras as one pod's engine reported it.
+type reportedCapacity struct {
+	uid      types.UID
+	maxLoras int
 }
 
 type podInventory struct {
@@ -131,6 +147,13 @@ type inventoryHooks struct {
 	release, releaseList func()
 	aibrixRunning        func(ctx context.Context) bool // nil: never
 	store                *strayStore                    // nil: memory only
+	freed                func(pod types.NamespacedName) // nil: nobody is told
+	capacityChanged      func(pod types.NamespacedName) // nil: nobody is told
+}
+
+// metricsReader is an engine client that also reads engines' metrics (engine.HTTPClient).
+type metricsReader interface {
+	ReadMetrics(ctx context.Context, ep engine.Endpoint) (engine.Metrics, error)
 }
 
 // NewInventory returns an inventory polling every period with at most parallel requests.
@@ -140,6 +163,8 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 		apiKey: hooks.apiKey, podEndpoint: hooks.endpoint, acquire: hooks.acquire, release: hooks.release,
 		acquireList: hooks.acquireList, releaseList: hooks.releaseList,
 		aibrixRunning: hooks.aibrixRunning, store: hooks.store,
+		freed: hooks.freed, capacityChanged: hooks.capacityChanged,
+		reported: map[types.NamespacedName]reportedCapacity{},
 		events:   make(chan event.GenericEvent, 1024),
 		pods:     map[types.NamespacedName]*podInventory{},
 		recorded: map[types.NamespacedName]*recordedPod{},
@@ -148,6 +173,14 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 	}
 	if i.aibrixRunning == nil {
 		i.aibrixRunning = func(context.Context) bool { return false }
+	}
+	if m, ok := c.(metricsReader); ok {
+		i.readMetrics = m.ReadMetrics
+	}
+	for _, f := range []*func(types.NamespacedName){&i.freed, &i.capacityChanged} {
+		if *f == nil {
+			*f = func(types.NamespacedName) {}
+		}
 	}
 	if i.podEndpoint == nil {
 		i.podEndpoint = func(pod *corev1.Pod, apiKey string) (engine.Endpoint, error) {
@@ -233,6 +266,60 @@ func (i *Inventory) Count(pod *corev1.Pod) int {
 	return 0
 }
 
+// listedNames are the adapters the pod's engine last listed (none when unknown).
+func (i *Inventory) listedNames(pod *corev1.Pod) []string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, ok := i.pods[client.ObjectKeyFromObject(pod)]
+	if !ok || p.uid != pod.UID {
+		return nil
+	}
+	names := make([]string, 0, len(p.adapters))
+	for name := range p.adapters {
+		names = append(names, name)
+	}
+	return names
+}
+
+// maxLoras is vLLM's --max-loras as the pod's engine last reported it (0: not reported).
+func (i *Inventory) maxLoras(pod *corev1.Pod) int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if c, ok := i.reported[client.ObjectKeyFromObject(pod)]; ok && c.uid == pod.UID {
+		return c.maxLoras
+	}
+	return 0
+}
+
+// readCapacity reads the engine's metrics, in a listing slot, for a pod whose capacity no
+// annotation sets, and tells capacityChanged when the reported capacity changed. It is part
+// of the inventory poll: one request per polled pod per period, never one per reconcile.
+func (i *Inventory) readCapacity(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint) {
+	if i.readMetrics == nil || ep.Kind == engine.KindSGLang {
+		return
+	}
+	if _, set := pod.Annotations[v1alpha1.AdapterCapacityAnnotation]; set {
+		return
+	}
+	if err := i.acquireList(ctx); err != nil {
+		return
+	}
+	m, err := i.readMetrics(ctx, ep)
+	i.releaseList()
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Reading engine metrics failed", "pod", klog.KObj(pod), "err", err.Error())
+		return // what the engine reported last stands
+	}
+	key := client.ObjectKeyFromObject(pod)
+	i.mu.Lock()
+	old := i.reported[key]
+	i.reported[key] = reportedCapacity{uid: pod.UID, maxLoras: m.MaxLoras}
+	i.mu.Unlock()
+	if old.uid != pod.UID || old.maxLoras != m.MaxLoras {
+		i.capacityChanged(key)
+	}
+}
+
 // record stores what the pod lists now, as the newest knowledge of it (tests, and callers
 // outside the listings).
 func (i *Inventory) record(pod *corev1.Pod, adapters []engine.Adapter) {
@@ -300,16 +387,18 @@ func (i *Inventory) lastKey(pod *corev1.Pod) (string, bool) {
 	return "", false
 }
 
-// forgetAdapter records that the adapter was unloaded from the pod.
+// forgetAdapter records that the adapter was unloaded from the pod, and tells freed.
 func (i *Inventory) forgetAdapter(pod *corev1.Pod, adapter string) {
 	seq := i.listings.mark() // listings numbered up to seq started before the unload returned
+	key := client.ObjectKeyFromObject(pod)
 	i.mu.Lock()
-	defer i.mu.Unlock()
-	if p, ok := i.pods[client.ObjectKeyFromObject(pod)]; ok && p.uid == pod.UID {
+	if p, ok := i.pods[key]; ok && p.uid == pod.UID {
 		delete(p.adapters, adapter)
 		delete(p.artifacts, adapter)
 		p.changedAt = max(p.changedAt, seq)
 	}
+	i.mu.Unlock()
+	i.freed(key)
 }
 
 // Refresh returns the adapters of one pod from a listing that starts after the call, and
@@ -513,6 +602,7 @@ func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exi
 			i.vacated[p.ip] = v
 		}
 		delete(i.pods, key)
+		delete(i.reported, key)
 	}
 }
 
@@ -594,6 +684,7 @@ func (i *Inventory) pollPod(ctx context.Context, pod *corev1.Pod, ep engine.Endp
 		klog.FromContext(ctx).V(4).Info("Listing engine adapters failed", "pod", klog.KObj(pod), "err", err.Error())
 		return
 	}
+	i.readCapacity(ctx, pod, ep)
 	if t.strays {
 		i.sweep(ctx, pod, ep, listed)
 	}

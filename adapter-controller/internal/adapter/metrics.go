@@ -89,6 +89,16 @@ var (
 		"namespace", "name", "state")
 	adaptersByPhase = &phaseCollector{desc: prometheus.NewDesc("loraplane_adapters",
 		"ModelAdapters by status phase, counted from the informer cache at scrape time.", []string{"phase"}, nil)}
+	// capacityByPool has, per model pool (namespace and model label of the engine pods, not
+	// per pod, to bound cardinality), the adapter slots and the adapters waiting for one.
+	capacityByPool = &capacityCollector{
+		slots: prometheus.NewDesc("loraplane_adapter_slots",
+			"Adapter slots of the Ready engine pods whose adapter capacity is known, per model pool (namespace, model): total, and used (adapters placed there or listed by the engines).",
+			[]string{"namespace", "model", "state"}, nil),
+		waiting: prometheus.NewDesc("loraplane_adapters_waiting_for_capacity",
+			"ModelAdapters with placements waiting for a free adapter slot, per model pool (namespace, model of the pods they select).",
+			[]string{"namespace", "model"}, nil),
+	}
 )
 
 var registerOnce sync.Once
@@ -97,7 +107,7 @@ var registerOnce sync.Once
 // series whose label values are known exposed at zero. It is safe to call more than once.
 func RegisterMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, engineRequestDuration, listRequests, adapterInstances, adaptersByPhase)
+		crmetrics.Registry.MustRegister(loadsTotal, loadDuration, unloadsTotal, reloadsTotal, strayUnloads, engineRequests, engineRequestDuration, listRequests, adapterInstances, adaptersByPhase, capacityByPool)
 		for _, c := range []ListCall{ListStarted, ListShared} {
 			listRequests.WithLabelValues(string(c))
 		}
@@ -182,4 +192,55 @@ var allPhases = []v1alpha1.ModelAdapterPhase{
 	v1alpha1.ModelAdapterPending, v1alpha1.ModelAdapterScheduled, v1alpha1.ModelAdapterBound,
 	v1alpha1.ModelAdapterResourceCreated, v1alpha1.ModelAdapterRunning, v1alpha1.ModelAdapterFailed,
 	v1alpha1.ModelAdapterUnknown, v1alpha1.ModelAdapterScaled,
+}
+
+// SlotState is the value of the state label of loraplane_adapter_slots.
+type SlotState string
+
+const (
+	// SlotsTotal counts the adapter slots of a pool's pods.
+	SlotsTotal SlotState = "total"
+	// SlotsUsed counts the slots taken.
+	SlotsUsed SlotState = "used"
+)
+
+// capacityCollector publishes the model pools' adapter slots and waiting adapters at scrape
+// time, from the pod cache and the placement ledger.
+type capacityCollector struct {
+	slots, waiting *prometheus.Desc
+	mu             sync.Mutex
+	usage          func(ctx context.Context) (map[poolKey]*poolUsage, error)
+}
+
+func (c *capacityCollector) setUsage(f func(ctx context.Context) (map[poolKey]*poolUsage, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.usage = f
+}
+
+func (c *capacityCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.slots
+	ch <- c.waiting
+}
+
+func (c *capacityCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	usage := c.usage
+	c.mu.Unlock()
+	if usage == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pools, err := usage(ctx)
+	if err != nil {
+		return
+	}
+	for k, u := range pools {
+		if u.total > 0 || u.used > 0 {
+			ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(u.total), k.namespace, k.model, string(SlotsTotal))
+			ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(u.used), k.namespace, k.model, string(SlotsUsed))
+		}
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(u.waiting), k.namespace, k.model)
+	}
 }

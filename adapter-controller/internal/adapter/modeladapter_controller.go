@@ -198,6 +198,8 @@ type Reconciler struct {
 	unanswered *unansweredLoads
 	// secrets: the credentials Secrets read in the last secretTTL.
 	secrets *secretCache
+	// ledger: where adapters are placed and which wait for room (capacity.go).
+	ledger *ledger
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -217,6 +219,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		unanswered:  newUnansweredLoads(),
 		secrets:     newSecretCache(apiReader, clk),
 	}
+	r.ledger = newLedger(r.wakeAdapter)
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())
 	RegisterMetrics()
 	return r
@@ -229,6 +232,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	// the process runs, not by every reconciler built (unit tests build many, each on a fake
 	// client, in the same process as the suite's controller).
 	adaptersByPhase.setReader(r.client)
+	capacityByPool.setUsage(r.usage)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podModelIndex, podModel); err != nil {
 		return fmt.Errorf("indexing pods by model: %w", err)
 	}
@@ -271,6 +275,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.superseded.forget(req.NamespacedName)
 			r.unanswered.forgetAdapter(req.Namespace, req.Name)
 			forgetInstances(req.Namespace, req.Name)
+			r.ledger.forget(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -290,6 +295,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// The adapter is going: nothing is desired of it any more, so its series go at
 		// once rather than when the finalizer is released.
 		forgetInstances(a.Namespace, a.Name)
+		r.ledger.forget(req.NamespacedName)
 		return r.finalize(ctx, a)
 	}
 
@@ -351,7 +357,7 @@ func selectsPod(a *v1alpha1.ModelAdapter, podLabels labels.Set) bool {
 }
 
 // podServingChanged passes pod events that can change placement: creation, deletion, and
-// updates of readiness, IP, labels or termination.
+// updates of readiness, IP, labels, termination or the adapter capacity annotation.
 func podServingChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -361,7 +367,8 @@ func podServingChanged() predicate.Predicate {
 				return true
 			}
 			return podServes(o) != podServes(n) || o.Status.PodIP != n.Status.PodIP || !slices.Equal(o.Status.PodIPs, n.Status.PodIPs) ||
-				!labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+				!labels.Equals(o.Labels, n.Labels) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+				o.Annotations[v1alpha1.AdapterCapacityAnnotation] != n.Annotations[v1alpha1.AdapterCapacityAnnotation]
 		},
 	}
 }

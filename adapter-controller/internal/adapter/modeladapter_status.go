@@ -33,25 +33,28 @@ const (
 	// ReasonInsufficientReadyPods: fewer candidate pods are Ready than spec.replicas asks for
 	// (AIBrix's reason, on Scheduled); the adapter is served by the pods there are meanwhile.
 	ReasonInsufficientReadyPods = "InsufficientReadyPods"
-	ReasonBound                 = "Bound"
-	ReasonLoading               = "Loading"
-	ReasonLoadFailed            = "LoadFailed"
-	ReasonNotVerified           = "NotVerified"
-	ReasonResourcesCreated      = "ResourcesCreated"
-	ReasonServiceConflict       = "ServiceConflict"
-	ReasonServiceFailed         = "ServiceFailed"
-	ReasonEndpointSliceFailed   = "EndpointSliceFailed"
-	ReasonReady                 = "Ready"
-	ReasonPartiallyReady        = "PartiallyReady"
-	ReasonLoaded                = "Loaded"
-	ReasonUnloaded              = "Unloaded"
-	ReasonUnloadFailed          = "UnloadFailed"
-	ReasonUnloadAbandoned       = "UnloadAbandoned"
-	ReasonReloaded              = "Reloaded"
-	ReasonReloadFailed          = "ReloadFailed"
-	ReasonUpToDate              = "UpToDate"
-	ReasonRolling               = "Rolling"
-	ReasonRolloutFailed         = "RolloutFailed"
+	// ReasonInsufficientCapacity: some placements wait for a free adapter slot, the
+	// candidate pods' engines being full (on Scheduled, and on Ready when placed nowhere).
+	ReasonInsufficientCapacity = "InsufficientCapacity"
+	ReasonBound                = "Bound"
+	ReasonLoading              = "Loading"
+	ReasonLoadFailed           = "LoadFailed"
+	ReasonNotVerified          = "NotVerified"
+	ReasonResourcesCreated     = "ResourcesCreated"
+	ReasonServiceConflict      = "ServiceConflict"
+	ReasonServiceFailed        = "ServiceFailed"
+	ReasonEndpointSliceFailed  = "EndpointSliceFailed"
+	ReasonReady                = "Ready"
+	ReasonPartiallyReady       = "PartiallyReady"
+	ReasonLoaded               = "Loaded"
+	ReasonUnloaded             = "Unloaded"
+	ReasonUnloadFailed         = "UnloadFailed"
+	ReasonUnloadAbandoned      = "UnloadAbandoned"
+	ReasonReloaded             = "Reloaded"
+	ReasonReloadFailed         = "ReloadFailed"
+	ReasonUpToDate             = "UpToDate"
+	ReasonRolling              = "Rolling"
+	ReasonRolloutFailed        = "RolloutFailed"
 	// ReasonAIBrixRunning: the adapter is not acted on while AIBrix's controllers run.
 	ReasonAIBrixRunning = "AIBrixRunning"
 	// ReasonCRDOutdated: the installed ModelAdapter CRD drops fields of loraplane's status.
@@ -108,7 +111,9 @@ type setCondition func(conditionType string, ok bool, reason, msg string)
 // setInstances writes the instances, their artifacts and the counts.
 func setInstances(st *v1alpha1.ModelAdapterStatus, p *pass) {
 	st.Candidates = int32(len(p.candidates))
-	st.DesiredReplicas = int32(len(p.desired) + len(p.kept) + len(p.leftOut))
+	st.PlacedReplicas = int32(len(p.desired) + len(p.kept) + len(p.leftOut))
+	st.WaitingReplicas = int32(p.waiting)
+	st.DesiredReplicas = st.PlacedReplicas + st.WaitingReplicas
 	st.ReadyReplicas = int32(len(p.instances))
 	st.Instances = nil
 	st.InstanceArtifacts = nil
@@ -122,24 +127,48 @@ func setInstances(st *v1alpha1.ModelAdapterStatus, p *pass) {
 
 func setScheduled(set setCondition, p *pass) {
 	a := p.adapter
+	notes := capacityNotes(p)
 	switch {
+	case len(p.candidates) == 0 && len(p.unfit) > 0:
+		set(v1alpha1.ConditionScheduled, false, p.unfit[0].reason, "No pod can take the adapter"+notes)
 	case len(p.candidates) == 0:
 		msg := "No ready backend pods available for scheduling: no Ready pod with an IP matches the pod selector"
 		if p.excluded > 0 {
 			msg += fmt.Sprintf("; %d matching pods serve another base model than %q", p.excluded, *a.Spec.BaseModel)
 		}
-		set(v1alpha1.ConditionScheduled, false, ReasonNoReadyPods, msg)
-	case a.Spec.Replicas != nil && len(p.candidates) < int(*a.Spec.Replicas):
+		set(v1alpha1.ConditionScheduled, false, ReasonNoReadyPods, msg+notes)
+	case a.Spec.Replicas != nil && len(p.candidates) < int(*a.Spec.Replicas) && p.waiting == 0:
 		set(v1alpha1.ConditionScheduled, false, ReasonInsufficientReadyPods, fmt.Sprintf(
 			"%d ready backend pods, but spec.replicas needs %d: placed on those %d meanwhile",
-			len(p.candidates), *a.Spec.Replicas, len(p.desired)))
+			len(p.candidates), *a.Spec.Replicas, len(p.desired))+notes)
+	case p.waiting > 0:
+		set(v1alpha1.ConditionScheduled, false, ReasonInsufficientCapacity, fmt.Sprintf(
+			"Placed on %d pods; %d placements wait for a free adapter slot (full: %s), oldest adapter first",
+			len(p.desired)+len(p.kept)+len(p.leftOut), p.waiting, summarize(p.full))+notes)
 	case p.unknownPolicy:
 		set(v1alpha1.ConditionScheduled, true, ReasonUnknownScheduler,
-			fmt.Sprintf("Unknown schedulerName %q; used %s: %d of %d candidates chosen", a.Spec.SchedulerName, p.policy, len(p.desired), len(p.candidates)))
+			fmt.Sprintf("Unknown schedulerName %q; used %s: %d of %d candidates chosen", a.Spec.SchedulerName, p.policy, len(p.desired), len(p.candidates))+notes)
 	default:
 		set(v1alpha1.ConditionScheduled, true, ReasonScheduled,
-			fmt.Sprintf("%d of %d candidates chosen (%s)", len(p.desired), len(p.candidates), p.policy))
+			fmt.Sprintf("%d of %d candidates chosen (%s)", len(p.desired), len(p.candidates), p.policy)+notes)
 	}
+}
+
+// capacityNotes tells, after the Scheduled message, the matching pods whose engine cannot
+// take the adapter (naming the missing flag) and the invalid capacity annotations.
+func capacityNotes(p *pass) string {
+	var b strings.Builder
+	for i, u := range p.unfit {
+		if i == summarizedPods {
+			fmt.Fprintf(&b, "; and %d more pods that cannot take it", len(p.unfit)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; pod %s cannot take it (%s): %s", u.pod, u.reason, u.msg)
+	}
+	for _, err := range p.capacityErrs {
+		fmt.Fprintf(&b, "; %v", err)
+	}
+	return text.Truncate(b.String(), maxFailureMessage)
 }
 
 func setUpToDate(set setCondition, p *pass) {
@@ -169,14 +198,21 @@ func setReady(set setCondition, p *pass, ready bool, failMsg string) {
 		msg := fmt.Sprintf("Serving on %d of %d pods", len(p.instances), len(p.desired))
 		if r := p.adapter.Spec.Replicas; r != nil && len(p.desired) < int(*r) {
 			msg += fmt.Sprintf(" (spec.replicas asks for %d; see the Scheduled condition)", *r)
+		} else if p.waiting > 0 {
+			msg += fmt.Sprintf(" (%d more wait for a free adapter slot; see the Scheduled condition)", p.waiting)
 		}
 		set(v1alpha1.ConditionReady, true, ReasonReady, msg)
 	case len(p.failures) > 0:
 		set(v1alpha1.ConditionReady, false, failReason(p), failMsg)
 	case p.rollout.pending():
 		set(v1alpha1.ConditionReady, false, ReasonRolling, fmt.Sprintf("Rolling out %s", p.adapter.Spec.ArtifactURL))
+	case len(p.candidates) == 0 && len(p.unfit) > 0:
+		set(v1alpha1.ConditionReady, false, p.unfit[0].reason, "No pod can take the adapter: see the Scheduled condition")
 	case len(p.candidates) == 0:
 		set(v1alpha1.ConditionReady, false, ReasonNoReadyPods, "No ready backend pods to load the adapter on")
+	case len(p.desired) == 0 && p.waiting > 0:
+		set(v1alpha1.ConditionReady, false, ReasonInsufficientCapacity, fmt.Sprintf(
+			"Not placed on any of the %d candidates: all are full; waiting for a free adapter slot", len(p.candidates)))
 	case len(p.desired) == 0:
 		set(v1alpha1.ConditionReady, false, ReasonPartiallyReady, fmt.Sprintf(
 			"Not placed on any of the %d candidates: %d pods that hold it are kept while not Ready", len(p.candidates), len(p.kept)))

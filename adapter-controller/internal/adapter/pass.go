@@ -21,6 +21,7 @@ type pass struct {
 	specReason  string // PascalCase condition reason
 	apiKey      string
 	credentials map[string]string
+	rank        int // the adapter's declared rank (LoRARankAnnotation); 0 when none
 
 	// choosePods
 	candidates    []*corev1.Pod
@@ -29,6 +30,10 @@ type pass struct {
 	kept          []*corev1.Pod // holders not Ready for less than the grace period: not unloaded, not published
 	policy        string
 	unknownPolicy bool
+	unfit         []unfitPod // matching pods whose engine cannot take the adapter (preflight)
+	waiting       int        // placements waiting for a free adapter slot
+	full          []string   // candidates without room for the adapter
+	capacityErrs  []error    // invalid capacity annotations of candidates
 
 	leftOut []string // desired pods no load is sent to (recordPods: no room to record them)
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,10 +118,11 @@ func hash(seed, name string) uint64 {
 // choosePods computes the candidates and the pods the adapter should be on. A failed pod
 // list is returned (retried by the workqueue), never reported as the adapter's state.
 func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
+	a := p.adapter
 	if !p.specOK() {
+		r.ledger.forget(client.ObjectKeyFromObject(a)) // waits for nothing: holds no younger adapter back
 		return nil
 	}
-	a := p.adapter
 	sel, _ := selectorOf(a)
 	opts := []client.ListOption{client.InNamespace(a.Namespace), client.MatchingLabelsSelector{Selector: sel}}
 	if model, ok := sel.RequiresExactMatch(v1alpha1.ModelNameLabel); ok {
@@ -150,6 +152,7 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 		}
 	}
 	slices.SortFunc(p.candidates, func(x, y *corev1.Pod) int { return cmp.Compare(x.Name, y.Name) })
+	preflight(p, p.rank)
 
 	current := map[string]bool{}
 	for _, pod := range p.candidates {
@@ -168,13 +171,23 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 		free := max(0, int(*replicas)-len(current))
 		replicas = ptr.To(*replicas - int32(min(len(p.kept), free)))
 	}
-	p.desired = place(p.candidates, current, replicas, p.policy, func(name string) int {
-		for _, pod := range p.candidates {
-			if pod.Name == name {
-				return r.inventory.Count(pod)
+	if err := r.ledger.seed(ctx, r.client); err != nil {
+		return err
+	}
+	chosen, plan := r.ledger.fit(p, current, r.capacityOf, r.inventory.listedNames, func(fits []*corev1.Pod) []*corev1.Pod {
+		return place(fits, current, replicas, p.policy, func(name string) int {
+			for _, pod := range fits {
+				if pod.Name == name {
+					return r.inventory.Count(pod)
+				}
 			}
-		}
-		return 0
-	}, string(a.UID))
+			return 0
+		}, string(a.UID))
+	})
+	p.desired, p.full, p.capacityErrs = chosen, plan.full, plan.invalid
+	for _, err := range plan.invalid {
+		klog.FromContext(ctx).Error(err, "Reading a pod's adapter capacity")
+	}
+	r.reportWaiting(ctx, p, plan.full)
 	return nil
 }

@@ -223,6 +223,10 @@ func TestScheduledCondition(t *testing.T) {
 	tests := map[string]struct {
 		replicas            *int32
 		candidates, loaded  []string
+		placed              []string // the desired pods; nil: every candidate
+		full                []string
+		waiting             int
+		unfit               []unfitPod
 		scheduled, ready    metav1.ConditionStatus
 		scheduledReason     string
 		readyReason, inText string
@@ -242,13 +246,32 @@ func TestScheduledCondition(t *testing.T) {
 		"on every pod": {candidates: []string{"x"},
 			scheduled: metav1.ConditionTrue, scheduledReason: ReasonScheduled, ready: metav1.ConditionFalse, readyReason: ReasonPartiallyReady,
 			inText: "1 of 1 candidates chosen"},
+		"every candidate full": {replicas: ptr.To[int32](1), candidates: []string{"x"}, placed: []string{}, waiting: 1, full: []string{"x"},
+			scheduled: metav1.ConditionFalse, scheduledReason: ReasonInsufficientCapacity, ready: metav1.ConditionFalse, readyReason: ReasonInsufficientCapacity,
+			inText: "1 placements wait for a free adapter slot (full: x)"},
+		"on every pod with room": {candidates: []string{"x", "y"}, placed: []string{"x"}, loaded: []string{"x"}, waiting: 1, full: []string{"y"},
+			scheduled: metav1.ConditionFalse, scheduledReason: ReasonInsufficientCapacity, ready: metav1.ConditionTrue, readyReason: ReasonReady,
+			inText: "Placed on 1 pods; 1 placements wait"},
+		"no pod can take adapters": {unfit: []unfitPod{{pod: "x", reason: string(engine.ReasonLoRADisabled), msg: "container vllm runs vLLM without --enable-lora"}},
+			scheduled: metav1.ConditionFalse, scheduledReason: string(engine.ReasonLoRADisabled), ready: metav1.ConditionFalse, readyReason: string(engine.ReasonLoRADisabled),
+			inText: "pod x cannot take it (LoRADisabled): container vllm runs vLLM without --enable-lora"},
+		"one pod cannot take adapters": {candidates: []string{"y"}, loaded: []string{"y"}, unfit: []unfitPod{{pod: "x", reason: string(engine.ReasonLoRAUpdatingDisabled), msg: "container vllm runs vLLM without VLLM_ALLOW_RUNTIME_LORA_UPDATING=true"}},
+			scheduled: metav1.ConditionTrue, scheduledReason: ReasonScheduled, ready: metav1.ConditionTrue, readyReason: ReasonReady,
+			inText: "1 of 1 candidates chosen (least-adapters); pod x cannot take it (LoRAUpdatingDisabled)"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			p := newPass(&v1alpha1.ModelAdapter{ObjectMeta: metav1.ObjectMeta{Name: "a", Generation: 2}, Spec: v1alpha1.ModelAdapterSpec{Replicas: tc.replicas}})
 			p.policy = PolicyLeastAdapters
 			p.candidates, p.desired, p.instances, p.resourcesReady = pods(tc.candidates...), pods(tc.candidates...), pods(tc.loaded...), true
+			if tc.placed != nil {
+				p.desired = pods(tc.placed...)
+			}
+			p.waiting, p.full, p.unfit = tc.waiting, tc.full, tc.unfit
 			st := computeStatus(p)
+			if st.WaitingReplicas != int32(tc.waiting) || st.DesiredReplicas != st.PlacedReplicas+st.WaitingReplicas {
+				t.Errorf("desired %d, placed %d, waiting %d; want waiting %d and desired = placed + waiting", st.DesiredReplicas, st.PlacedReplicas, st.WaitingReplicas, tc.waiting)
+			}
 			got := map[string]metav1.Condition{}
 			for _, c := range st.Conditions {
 				got[c.Type] = c

@@ -44,6 +44,12 @@ func (r *Reconciler) resolveSpec(ctx context.Context, p *pass) error {
 		p.specErr, p.specReason = err, ReasonInvalidSpec
 		return nil //nolint:nilerr // an unusable spec is reported in the status, not retried
 	}
+	rank, err := rankOf(p.adapter)
+	if err != nil {
+		p.specErr, p.specReason = err, ReasonInvalidSpec
+		return nil //nolint:nilerr // an unusable spec is reported in the status, not retried
+	}
+	p.rank = rank
 	key, creds, err := r.credentials(ctx, p.adapter)
 	var missing secretMissingError
 	switch {

@@ -28,7 +28,8 @@ const (
 	// ReasonEngineUnauthorized: the engine answered 401 or 403.
 	ReasonEngineUnauthorized Reason = "EngineUnauthorized"
 	// ReasonLoRAUpdatingDisabled: the engine has no runtime LoRA load route
-	// (vLLM without VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+	// (vLLM without VLLM_ALLOW_RUNTIME_LORA_UPDATING): found by a load answered 404, or
+	// before any load from the pod spec (PodSpec.Unfit).
 	ReasonLoRAUpdatingDisabled Reason = "LoRAUpdatingDisabled"
 	// ReasonEngineRejected: the engine refused the request (4xx, or SGLang
 	// success=false).
@@ -58,6 +59,12 @@ const (
 	// loaded": the engine ignored the request to replace the weights (vLLM
 	// before load_inplace). Unload and load instead.
 	ReasonReloadUnsupported Reason = "ReloadUnsupported"
+	// ReasonLoRADisabled: the pod's engine container runs without --enable-lora (SGLang:
+	// nor --lora-paths), so it can take no adapter (PodSpec.Unfit).
+	ReasonLoRADisabled Reason = "LoRADisabled"
+	// ReasonLoRARankTooHigh: the adapter declares a rank above the engine's
+	// --max-lora-rank (PodSpec.Unfit).
+	ReasonLoRARankTooHigh Reason = "LoRARankTooHigh"
 )
 
 // Op names an engine operation; it is the "op" passed to the Observer.
@@ -68,6 +75,8 @@ const (
 	OpLoad   Op = "load"
 	OpUnload Op = "unload"
 	OpList   Op = "list"
+	// OpMetrics reads the engine's Prometheus metrics (ReadMetrics).
+	OpMetrics Op = "metrics"
 )
 
 // Transport classes passed to the Observer as code when no HTTP status was

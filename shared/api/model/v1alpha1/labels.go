@@ -72,3 +72,16 @@ func EnginePort(labels map[string]string) (int32, error) {
 	}
 	return int32(p), nil
 }
+
+// loraplane's own annotations (not AIBrix's).
+const (
+	// AdapterCapacityAnnotation, on an engine pod, is how many runtime-loaded LoRA adapters
+	// its engine holds (a non-negative integer). It overrides what the engine's metrics and
+	// arguments say; an invalid value is reported and the capacity is then unknown
+	// (unlimited).
+	AdapterCapacityAnnotation = "loraplane.io/adapter-capacity"
+	// LoRARankAnnotation, on a ModelAdapter, is the rank of the adapter (a positive
+	// integer). Pods whose engine accepts lower ranks only (--max-lora-rank) are not
+	// placed on. AIBrix's ModelAdapter has no field for it.
+	LoRARankAnnotation = "loraplane.io/lora-rank"
+)

@@ -124,6 +124,17 @@ type ModelAdapterStatus struct {
 	// +optional
 	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
 
+	// PlacedReplicas is the number of pods the adapter is placed on: desiredReplicas less
+	// the placements waiting for a free adapter slot (waitingReplicas).
+	// +optional
+	PlacedReplicas int32 `json:"placedReplicas,omitempty"`
+
+	// WaitingReplicas is the number of placements that wait for a free adapter slot: the
+	// candidates that could take the adapter are full (their engines' adapter capacity is
+	// reached). They are placed, oldest adapter first, as soon as room appears.
+	// +optional
+	WaitingReplicas int32 `json:"waitingReplicas,omitempty"`
+
 	// ReadyReplicas is the number of instances.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
@@ -148,6 +159,7 @@ type InstanceArtifact struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredReplicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.waitingReplicas`
 // +kubebuilder:printcolumn:name="Candidates",type=integer,JSONPath=`.status.candidates`
 // +kubebuilder:printcolumn:name="UpToDate",type=string,JSONPath=`.status.conditions[?(@.type=="UpToDate")].status`
 // +kubebuilder:printcolumn:name="Artifact",type=string,JSONPath=`.spec.artifactURL`

@@ -158,11 +158,12 @@ if [ "$install" = kustomize ]; then
   run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
   # The ClusterRole a Prometheus scrapes with (the suite's metrics reader is bound to it).
   run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
+  # The gateway namespace first: the router's HTTPRoute Role and its binding live there.
+  run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
   run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
   # The images keep their tag across runs: restart so the pods run the image just loaded.
   run "${kubectl[@]}" -n loraplane-system rollout restart deploy/adapter-controller deploy/router-controller
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
-  run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
 else
   step "helm install $chart with the e2e images"
   # A release left by an earlier run goes first, the way a user would remove it.

@@ -86,11 +86,11 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and each binary's RBAC from mar
 	@# hook's role (delete), which the controller itself must not have.
 	@for b in $(BINARIES); do \
 	  paths=$$(cd $$b && go list -f '{{.Dir}}' ./... | grep -v /internal/cleanup | paste -sd';'); \
-	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=$$b paths="$$paths" output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
+	  (cd $$b && $(CONTROLLER_GEN) rbac:roleName=loraplane-$$b paths="$$paths" output:rbac:artifacts:config=$(ROOT)/deploy/$$b/rbac); \
 	  cp deploy/$$b/rbac/role.yaml $(CHART)/files/$$b-role.yaml; \
 	done
 	cd adapter-controller && $(CONTROLLER_GEN) rbac:roleName=loraplane-adapter-cleanup paths=./internal/cleanup/... output:stdout > $(ROOT)/$(CHART)/files/adapter-cleanup-role.yaml
-	cp deploy/crds/model.aibrix.ai_modeladapters.yaml $(CHART)/crds/
+	cp deploy/crds/model.aibrix.ai_modeladapters.yaml $(CHART)/files/crds/
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated code or manifests differ from what is committed.
@@ -140,13 +140,17 @@ metrics-scrape: ## Regenerate hack/promcheck/testdata/exported-metrics.txt from 
 	go test -count=1 ./test/scrape -run TestExportedMetrics -update -v
 
 .PHONY: chart-check
-chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint and helm template the chart with its defaults and with ci/full-values.yaml (into _artifacts/chart); test/chart compares it with deploy/default.
+chart-check: $(HELM) $(KUBE_APISERVER) ## helm lint (values.schema.json included) and helm template the chart with its defaults and with each ci/*.yaml (into _artifacts/chart); test/chart compares it with deploy/default.
 	@mkdir -p _artifacts/chart
 	$(HELM) lint --strict $(CHART) --namespace loraplane-system
-	$(HELM) lint --strict $(CHART) --namespace loraplane-system -f $(CHART)/ci/full-values.yaml
-	$(HELM) template loraplane $(CHART) --namespace loraplane-system --include-crds > _artifacts/chart/defaults.yaml
-	$(HELM) template loraplane $(CHART) --namespace loraplane-system --include-crds -f $(CHART)/ci/full-values.yaml > _artifacts/chart/full-values.yaml
-	@echo "chart-check: $$(grep -c '^kind:' _artifacts/chart/defaults.yaml) objects with the defaults, $$(grep -c '^kind:' _artifacts/chart/full-values.yaml) with ci/full-values.yaml"
+	$(HELM) template loraplane $(CHART) --namespace loraplane-system > _artifacts/chart/defaults.yaml
+	@for f in $(CHART)/ci/*.yaml; do \
+	  echo "$(HELM) lint --strict $(CHART) --namespace loraplane-system -f $$f"; \
+	  $(HELM) lint --strict $(CHART) --namespace loraplane-system -f $$f; \
+	  $(HELM) template loraplane $(CHART) --namespace loraplane-system -f $$f > _artifacts/chart/$$(basename $$f); \
+	done
+	@echo "chart-check: $$(grep -c '^kind:' _artifacts/chart/defaults.yaml) objects with the defaults;" \
+	  $$(for f in $(CHART)/ci/*.yaml; do echo "$$(grep -c '^kind:' _artifacts/chart/$$(basename $$f)) with ci/$$(basename $$f)"; done)
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no API server.
@@ -267,31 +271,48 @@ deploy: manifests deploy-overlay $(KUBE_APISERVER) ## Install the CRD and both c
 	$(KUBECTL) get namespace $(GATEWAY_NAMESPACE) >/dev/null 2>&1 || $(KUBECTL) create namespace $(GATEWAY_NAMESPACE)
 	$(KUBECTL) apply --server-side -k $(DEPLOY_OVERLAY)
 
+# make undeploy keeps the CRD, the namespace and every ModelAdapter (still loaded on the
+# engines, Running again once the controllers are back); PURGE=true deletes them (below).
+PURGE ?= false
+
 .PHONY: undeploy
-undeploy: deploy-overlay $(KUBE_APISERVER) ## Remove what `make deploy` installed: ModelAdapters first (waiting for the adapter-controller to unload them), then the controllers and the CRD.
-	@if $(KUBECTL) get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then \
-	  echo "Deleting every ModelAdapter and waiting up to $(UNDEPLOY_TIMEOUT) for their finalizers (the adapter-controller unloads them)"; \
+undeploy: deploy-overlay $(KUBE_APISERVER) ## Remove the controllers `make deploy` installed, keeping the CRD, the namespace and every ModelAdapter (loaded on the engines). PURGE=true first deletes every ModelAdapter (the adapter-controller unloads them), then the controllers, the namespace and the CRD.
+	@case "$(PURGE)" in true|false) ;; *) echo "PURGE must be true or false, got '$(PURGE)': nothing was removed" >&2; exit 2 ;; esac
+	@if [ "$(PURGE)" != true ]; then \
+	  $(KUBECTL) delete --ignore-not-found -k deploy/controllers; \
+	  n=$$($(KUBECTL) get modeladapters.model.aibrix.ai -A --no-headers 2>/dev/null | wc -l); \
+	  echo "undeploy: kept the CRD modeladapters.model.aibrix.ai, namespace loraplane-system and $$n ModelAdapter(s), still loaded on their engines; make undeploy PURGE=true deletes them"; \
+	  exit 0; \
+	fi; \
+	if $(KUBECTL) get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then \
+	  echo "PURGE=true: deleting every ModelAdapter; the adapter-controller unloads each from its engines (waiting up to $(UNDEPLOY_TIMEOUT)):"; \
+	  $(KUBECTL) get modeladapters.model.aibrix.ai -A -o custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,INSTANCES:.status.instances; \
 	  $(KUBECTL) delete modeladapters.model.aibrix.ai --all --all-namespaces --wait --timeout=$(UNDEPLOY_TIMEOUT) || { \
 	    echo "ModelAdapters are still there: is the adapter-controller running? Nothing else was removed." >&2; \
 	    $(KUBECTL) get modeladapters.model.aibrix.ai -A -o custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,FINALIZERS:.metadata.finalizers >&2; exit 1; }; \
-	fi
+	fi; \
 	$(KUBECTL) delete --ignore-not-found -k $(DEPLOY_OVERLAY)
 
 .PHONY: helm-deploy
 helm-deploy: $(HELM) $(KUBE_APISERVER) ## Apply the chart's CRD, then install or upgrade the Helm chart (release $(HELM_RELEASE) in $(HELM_NAMESPACE)) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG); HELM_ARGS adds flags.
-	@# Helm installs crds/ only when the CRD is absent and never upgrades it: over AIBrix's
-	@# ModelAdapter CRD, or an older loraplane's, the chart's is applied first.
-	$(HELM) show crds $(CHART) | $(KUBECTL) apply --server-side --force-conflicts -f -
+	@# Over AIBrix's ModelAdapter CRD, or an older loraplane's, the chart's CRD is applied first
+	@# (server-side, taking the fields over), so that the release adopts one that equals it.
+	$(HELM) template $(HELM_RELEASE) $(CHART) --show-only templates/crds.yaml | $(KUBECTL) apply --server-side --force-conflicts -f -
 	$(HELM) upgrade --install $(HELM_RELEASE) $(CHART) --namespace $(HELM_NAMESPACE) --create-namespace --take-ownership \
 	  --set image.registry=$(IMAGE_REGISTRY) --set-string image.tag=$(IMAGE_TAG) --wait --timeout 5m $(HELM_ARGS)
 
 .PHONY: helm-undeploy
-helm-undeploy: $(HELM) ## Uninstall the Helm release: its pre-delete hook deletes the ModelAdapters while the adapter-controller still runs.
+helm-undeploy: $(HELM) ## Uninstall the Helm release, keeping the CRD and every ModelAdapter (loaded on the engines). PURGE=true first turns the release's cleanup hook on (and crds.keep off): it deletes the ModelAdapters while the adapter-controller still runs, then the CRD goes.
+	@case "$(PURGE)" in true|false) ;; *) echo "PURGE must be true or false, got '$(PURGE)': nothing was removed" >&2; exit 2 ;; esac
+	@if [ "$(PURGE)" = true ]; then \
+	  $(HELM) upgrade $(HELM_RELEASE) $(CHART) --namespace $(HELM_NAMESPACE) --reuse-values \
+	    --set adapterController.cleanupOnUninstall.enabled=true --set crds.keep=false --wait --timeout 5m; \
+	fi
 	$(HELM) uninstall $(HELM_RELEASE) --namespace $(HELM_NAMESPACE) --wait --timeout 5m
 
 .PHONY: deploy-check
 deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namespace (Pod Security "restricted" enforced) and apply deploy/default with --dry-run=server to $KUBECONFIG.
-	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller prometheus overlays/prometheus-example default samples; do \
+	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller controllers components/networkpolicy prometheus overlays/prometheus-example default samples; do \
 	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
 	$(KUBECTL) apply --server-side -k deploy/namespace
 	$(KUBECTL) get namespace $(GATEWAY_NAMESPACE) >/dev/null 2>&1 || $(KUBECTL) create namespace $(GATEWAY_NAMESPACE)

@@ -3,13 +3,17 @@
 #
 #   upgrade    helm upgrade with changed values (workers, log level); both Deployments roll:
 #              every replica runs the new arguments and comes from a new ReplicaSet
-#   uninstall  a model (2 fake-engine pods) with a loaded ModelAdapter, then helm uninstall:
+#   uninstall  a model (2 fake-engine pods) with a loaded ModelAdapter, then helm uninstall
+#              with the defaults: the adapter stays, loaded on both engines, and the CRD
+#              stays; nothing else of the release is left. Reinstalled, the adapter is Running;
+#              then the opt-in purge (cleanupOnUninstall on, crds.keep off, helm uninstall):
 #              the pre-delete hook deletes the adapter while the adapter-controller still
-#              runs, so the engines unload it; afterwards no ModelAdapter is left, nothing of
-#              the release either; the release namespace (kept: it held the release record)
-#              and the model's are then deleted and no namespace stays Terminating
-#   undeploy   the same with make undeploy after a kustomize install (by hand, not in make
-#              e2e): the adapter is unloaded, the CRD and loraplane-system are gone
+#              runs, so the engines unload it; afterwards no ModelAdapter and no CRD is left;
+#              the release namespace and the model's are then deleted and no namespace stays
+#              Terminating
+#   undeploy   the same with make undeploy (keeps the adapter loaded and the CRD), a
+#              re-apply, and make undeploy PURGE=true (unloads it; the CRD and
+#              loraplane-system are gone) after a kustomize install (by hand, not in make e2e)
 #
 # Environment: KIND_CLUSTER, E2E_IMAGE_TAG and IMAGE_REGISTRY as for hack/e2e-kind.sh;
 # E2E_ENGINE_ADMIN (default http://127.0.0.1:29400) is the fake engines' admin aggregator.
@@ -138,49 +142,89 @@ no_terminating() {
   echo "namespaces afterwards:"; k get namespaces
 }
 
+# kept MNS: after a removal with the defaults, the adapter is still there, not being
+# deleted, loaded on both engines, and the CRD is still installed.
+kept() {
+  local n
+  n=$(loaded "$1" lora-uninstall)
+  [ "$n" = 2 ] || fail "lora-uninstall is loaded on $n engines after the removal, want 2 (kept)"
+  k -n "$1" get modeladapter lora-uninstall -o jsonpath='{.metadata.deletionTimestamp}' | grep -q . &&
+    fail "lora-uninstall is being deleted after the removal"
+  k get crd modeladapters.model.aibrix.ai >/dev/null || fail "the CRD is gone after the removal"
+  echo "after the removal with the defaults: lora-uninstall kept, loaded on $n engines; the CRD kept"
+}
+
+# purged MNS: after an opted-in purge, the adapter was unloaded and no ModelAdapter is left.
+purged() {
+  local n left
+  n=$(loaded "$1" lora-uninstall)
+  [ "$n" = 0 ] || fail "lora-uninstall is still loaded on $n engines after the purge"
+  if k get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then
+    left=$(k get modeladapters -A -o json | jq '.items | length')
+    [ "$left" = 0 ] || { k get modeladapters -A -o yaml; fail "$left ModelAdapters left after the purge"; }
+  fi
+}
+
+install_release() {
+  helm install loraplane deploy/chart/loraplane -n "$ns" --create-namespace --take-ownership --force-conflicts \
+    --set image.registry="$registry" --set-string image.tag="$tag" --set routerController.createGatewayNamespace=true \
+    --wait --timeout 5m
+}
+
 uninstall() {
-  local mns=helm-uninstall n start
+  local mns=helm-uninstall start
   load_adapter "$mns"
   start=$(date +%s)
   helm uninstall loraplane -n "$ns" --wait --timeout 5m
-  echo "helm uninstall took $(($(date +%s) - start)) s"
-  n=$(loaded "$mns" lora-uninstall)
-  [ "$n" = 0 ] || fail "lora-uninstall is still loaded on $n engines after the uninstall"
-  local left
-  left=$(k get modeladapters -A -o json | jq '.items | length')
-  [ "$left" = 0 ] || { k get modeladapters -A -o yaml; fail "$left ModelAdapters left after the uninstall"; }
-  echo "kubectl get modeladapters -A:"; k get modeladapters -A 2>&1
-  # The release namespace is kept (it held the release record); nothing of the release is
-  # left in it. Deleting it, as a user would next, must not get stuck either.
+  echo "helm uninstall (defaults) took $(($(date +%s) - start)) s"
+  kept "$mns"
+  # Nothing of the release but the CRD (kept by policy) is left.
   local inside remains
   inside=$(k -n "$ns" get deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,jobs -l app.kubernetes.io/instance=loraplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
   [ -z "$inside" ] || fail "left in $ns: $inside"
   remains=$(k get all,serviceaccounts,roles,rolebindings,poddisruptionbudgets,jobs,clusterroles,clusterrolebindings -A \
     -l app.kubernetes.io/instance=loraplane,app.kubernetes.io/managed-by!=prometheus-operator -o name)
   [ -z "$remains" ] || fail "objects of the release left: $remains"
+
+  echo "reinstalling: the kept adapter is Running again"
+  install_release
+  k -n "$mns" wait modeladapter/lora-uninstall --for=jsonpath='{.status.phase}'=Running --timeout 120s
+  echo "opt-in purge: cleanupOnUninstall on, crds.keep off, then helm uninstall"
+  helm upgrade loraplane deploy/chart/loraplane -n "$ns" --reuse-values \
+    --set adapterController.cleanupOnUninstall.enabled=true --set crds.keep=false --wait --timeout 5m
+  start=$(date +%s)
+  helm uninstall loraplane -n "$ns" --wait --timeout 5m
+  echo "helm uninstall (purge) took $(($(date +%s) - start)) s"
+  purged "$mns"
+  if k get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then fail "crds.keep=false: the CRD is still there"; fi
   k delete namespace "$ns" "$mns" --wait --timeout 180s
   no_terminating
-  echo "helm uninstall left nothing behind (the CRD stays, as Helm keeps crds/; the gateway namespace is kept by policy)"
+  echo "helm uninstall kept the adapter by default; the opted-in purge unloaded it and removed the CRD"
 }
 
 # undeploy: the kustomize counterpart (not part of make e2e; run it by hand on a cluster
-# where `make e2e` installed deploy/default): make undeploy with a loaded adapter.
+# where `make e2e` installed deploy/default): make undeploy with a loaded adapter, then again
+# with PURGE=true.
 undeploy() {
-  local mns=undeploy-check n start kc
+  local mns=undeploy-check start kc
   load_adapter "$mns"
   kc=$(mktemp)
   k config view --minify --flatten >"$kc"
   start=$(date +%s)
   KUBECONFIG=$kc make --no-print-directory undeploy
   echo "make undeploy took $(($(date +%s) - start)) s"
+  kept "$mns"
+  k apply --server-side -f "$art/deploy.yaml"
+  k -n "$ns" rollout status deploy/adapter-controller --timeout 180s
+  k -n "$mns" wait modeladapter/lora-uninstall --for=jsonpath='{.status.phase}'=Running --timeout 120s
+  KUBECONFIG=$kc make --no-print-directory undeploy PURGE=true
   rm -f "$kc"
-  n=$(loaded "$mns" lora-uninstall)
-  [ "$n" = 0 ] || fail "lora-uninstall is still loaded on $n engines after make undeploy"
+  purged "$mns"
   if k get crd modeladapters.model.aibrix.ai >/dev/null 2>&1; then fail "the CRD is still there"; fi
   k wait --for=delete "namespace/$ns" --timeout 180s || fail "namespace $ns is still there"
   k delete namespace "$mns" --wait --timeout 180s
   no_terminating
-  echo "make undeploy removed the adapter (unloaded), then the controllers, the CRD and $ns"
+  echo "make undeploy kept the adapter; make undeploy PURGE=true removed it (unloaded), the controllers, the CRD and $ns"
 }
 
 case ${1:?verb: upgrade, uninstall or undeploy} in

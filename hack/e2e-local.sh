@@ -49,6 +49,9 @@ e2e_hooks "$stack" "$art" # the fault hooks (test/e2e/hooks.txt), implemented by
 export E2E_LEASE_DURATION=12s # hack/stack.sh's --leader-elect-lease-duration
 export E2E_INVENTORY_PERIOD=2s # hack/stack.sh's --inventory-period
 export E2E_REPO_ROOT=$root
+# TestUninstallKeepsFleet installs the chart and deploy/default over the stack and removes them
+# (helm uninstall, make undeploy): only here, where the controllers are processes.
+export E2E_UNINSTALL_KWOK=1
 # Every skip is listed at the end; one that test/e2e/skips/kwok.txt does not expect fails the run.
 (cd "$root/test/e2e" && go build -o "$art/skipcheck" ./skipcheck &&
   go test -tags e2e -count=1 -timeout 25m -json -run "${E2E_RUN:-.}" ./ 2>&1 |

@@ -299,10 +299,12 @@ func ruleFor(t *testing.T, base, alert string) time.Duration {
 func TestSyncAlertFiresAndResolves(t *testing.T) {
 	prom := prometheusURL(t)
 	const alert, kind, ctl = "LoraplaneCacheNotSynced", "HTTPRoute", "router-controller"
+	// The Role is named after the release (the chart's full name), as kustomize's generated one.
+	const roleName = "loraplane-" + ctl
 	forDur := ruleFor(t, prom, alert)
 	ctx := ctxFor(t, 12*time.Minute)
 
-	key := client.ObjectKey{Namespace: gatewayNamespace(), Name: ctl}
+	key := client.ObjectKey{Namespace: gatewayNamespace(), Name: roleName}
 	role := &rbacv1.Role{}
 	if err := k8s.Get(ctx, key, role); err != nil {
 		t.Fatal(err)

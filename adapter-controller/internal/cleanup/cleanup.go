@@ -49,6 +49,13 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	if err != nil {
 		return err
 	}
+	// Say what will be unloaded before anything is: one line per adapter with the pods that
+	// hold it, then the total.
+	for i := range adapters {
+		a := &adapters[i]
+		logger.Info("Will unload and delete ModelAdapter", "adapter", klog.KObj(a), "instances", a.Status.Instances,
+			"alreadyDeleting", a.DeletionTimestamp != nil)
+	}
 	logger.Info("Deleting ModelAdapters", "count", len(adapters), "namespaces", scope(o.Namespaces))
 	var errs []error
 	for i := range adapters {

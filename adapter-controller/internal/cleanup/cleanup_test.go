@@ -10,10 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
+	"github.com/loraplane/loraplane/test/testenv"
 )
 
 const finalizer = "loraplane.io/unload-adapter"
@@ -125,5 +127,32 @@ func TestRunNothingToDo(t *testing.T) {
 	}
 	if err := Run(context.Background(), c, Options{}); err == nil {
 		t.Error("Run with no timeout succeeded, want an error")
+	}
+}
+
+// TestRunSaysWhatItUnloads: before deleting anything, the cleanup logs each adapter it will
+// unload (with the pods holding it), so an opted-in uninstall says what it takes away.
+func TestRunSaysWhatItUnloads(t *testing.T) {
+	logs := testenv.CaptureKlog(t)
+	s := runtime.NewScheme()
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	held := adapter("a", "lora-1")
+	held.Status.Instances = []string{"engine-0", "engine-1"}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(held, adapter("b", "lora-2")).Build()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	releaser(ctx, t, c, "a", "b")
+	if err := Run(ctx, c, Options{Timeout: 5 * time.Second, Poll: 10 * time.Millisecond}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	klog.Flush()
+	for _, want := range [][]string{
+		{"Will unload and delete ModelAdapter", `adapter="a/lora-1"`, "engine-0", "engine-1"},
+		{"Will unload and delete ModelAdapter", `adapter="b/lora-2"`},
+		{"Deleting ModelAdapters", "count=2"},
+	} {
+		if len(logs.Lines(want...)) != 1 {
+			t.Errorf("no single log line with %q", want)
+		}
 	}
 }

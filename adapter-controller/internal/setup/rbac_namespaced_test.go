@@ -65,7 +65,7 @@ func TestChartNamespacedRBAC(t *testing.T) {
 	src, other := newNS("src"), newNS("other")
 	out, err := exec.CommandContext(ctx, helm, "template", "loraplane", filepath.Join(root, "deploy", "chart", "loraplane"),
 		"--namespace", systemNamespace, "--show-only", "templates/controllers.yaml", "--show-only", "templates/cleanup-hook.yaml",
-		"--set", "routerController.enabled=false", "--set", "watchNamespaces={"+src+"}").Output()
+		"--set", "routerController.enabled=false", "--set", "adapterController.cleanupOnUninstall.enabled=true", "--set", "watchNamespaces={"+src+"}").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

@@ -10,12 +10,14 @@ import (
 )
 
 // TestChartValuesNameEveryFlag: the Helm chart's routerController.flags (deploy/chart/loraplane/
-// values.yaml) names only flags the binary has, and every flag it has except those the chart
-// sets from other values and klog's output plumbing; a new flag must be added to the chart.
+// values.yaml and its schema) names only flags the binary has, and every flag it has except
+// those the chart sets from other values and klog's output plumbing (a new flag must be added
+// to the chart); and no values file of the chart (values.yaml, ci/*.yaml) passes a flag, in
+// flags or extraArgs, that the binary does not define.
 func TestChartValuesNameEveryFlag(t *testing.T) {
 	fs := flag.NewFlagSet("router-controller", flag.ContinueOnError)
 	setup.NewOptions().AddFlags(fs)
-	testenv.ChartFlags(t, filepath.Join("..", "..", "..", "deploy", "chart", "loraplane", "values.yaml"), "routerController", "router-controller", fs,
+	testenv.ChartFlags(t, filepath.Join("..", "..", "..", "deploy", "chart", "loraplane"), "routerController", "router-controller", fs,
 		map[string]string{
 			"kubeconfig":                "in-cluster configuration",
 			"metrics-bind-address":      "routerController.metricsPort",

@@ -99,3 +99,48 @@ the default gateway namespace).
 {{- if eq .name "router-controller" }}{{ $ns = append $ns (include "loraplane.gatewayNamespace" .root) }}{{ end -}}
 {{- toJson (uniq $ns) -}}
 {{- end }}
+
+{{/*
+The release's full name: fullnameOverride, else the release name when it contains the chart's
+name (or nameOverride), else <release>-<name>. Cluster-scoped objects are named after it.
+*/}}
+{{- define "loraplane.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := .Values.nameOverride | default .Chart.Name -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The name of a release-scoped object: (dict "root" $ "name" "adapter-controller"). */}}
+{{- define "loraplane.scopedName" -}}
+{{- printf "%s-%s" (include "loraplane.fullname" .root) .name | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* A controller's ServiceAccount: (dict "root" $ "name" ... "values" ...). */}}
+{{- define "loraplane.serviceAccountName" -}}
+{{- .values.serviceAccount.name | default .name -}}
+{{- end }}
+
+{{/*
+A controller's affinity: its values' affinity, else with 2 or more replicas a preferred pod
+anti-affinity on the node (replicas on different nodes where possible).
+*/}}
+{{- define "loraplane.affinity" -}}
+{{- if .values.affinity -}}
+{{- toYaml .values.affinity -}}
+{{- else if ge (int .values.replicas) 2 -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+  - weight: 100
+    podAffinityTerm:
+      topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels: {app.kubernetes.io/name: {{ .name }}}
+{{- end -}}
+{{- end }}

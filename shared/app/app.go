@@ -89,18 +89,7 @@ func New(o *Options, c Config) (*App, error) {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	metricsOpts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
-	if o.MetricsSecure {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
-		if logMetricsCertificate(logger, o.MetricsCertDir) {
-			registerCertificateExpiry(o.MetricsCertDir)
-		}
-		if o.MetricsCertDir != "" {
-			// controller-runtime serves (and watches) tls.crt and tls.key from there when both
-			// exist, and falls back to a self-signed certificate otherwise.
-			metricsOpts.CertDir = o.MetricsCertDir
-		}
-	}
+	metricsOpts := metricsOptions(logger, o)
 	gate, err := syncgate.New(syncgate.Options{
 		Controller:      c.Controller,
 		Timeout:         o.CacheSyncTimeout,
@@ -170,6 +159,26 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// metricsOptions are the metrics server's options: with --metrics-secure, scrapes
+// authenticated and authorized with the API server, the certificate of --metrics-cert-dir
+// served (and its expiry exported) when it holds one.
+func metricsOptions(logger logr.Logger, o *Options) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
+	if !o.MetricsSecure {
+		return opts
+	}
+	opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if logMetricsCertificate(logger, o.MetricsCertDir) {
+		registerCertificateExpiry(o.MetricsCertDir)
+	}
+	if o.MetricsCertDir != "" {
+		// controller-runtime serves (and watches) tls.crt and tls.key from there when both
+		// exist, and falls back to a self-signed certificate otherwise.
+		opts.CertDir = o.MetricsCertDir
+	}
+	return opts
 }
 
 // logMetricsCertificate says which certificate the secure metrics endpoint will serve, and

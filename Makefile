@@ -294,6 +294,8 @@ KUSTOMIZE_DIR ?= deploy/default
 # The overlay make deploy applies: $(KUSTOMIZE_DIR) with the images $(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG).
 DEPLOY_OVERLAY := _artifacts/deploy
 UNDEPLOY_TIMEOUT ?= 5m
+# The router's gateway namespace as deploy/ has it (its HTTPRoute Role and binding live there).
+GATEWAY_NAMESPACE ?= aibrix-system
 HELM_RELEASE ?= loraplane
 HELM_NAMESPACE ?= loraplane-system
 HELM_ARGS ?=
@@ -309,6 +311,8 @@ deploy-overlay:
 
 .PHONY: deploy
 deploy: manifests deploy-overlay $(KUBE_APISERVER) ## Install the CRD and both controllers ($(IMAGE_REGISTRY)/<binary>:$(IMAGE_TAG)) into the cluster of $KUBECONFIG with kustomize.
+	@# The router's HTTPRoute Role lives in the gateway namespace: it must exist first.
+	$(KUBECTL) get namespace $(GATEWAY_NAMESPACE) >/dev/null 2>&1 || $(KUBECTL) create namespace $(GATEWAY_NAMESPACE)
 	$(KUBECTL) apply --server-side -k $(DEPLOY_OVERLAY)
 
 # make undeploy keeps the CRD, the namespace and every ModelAdapter (still loaded on the
@@ -362,6 +366,7 @@ deploy-check: $(KUBE_APISERVER) ## Render every kustomization, create the namesp
 	@mkdir -p _artifacts; for d in crds namespace adapter-controller router-controller controllers components/networkpolicy prometheus overlays/prometheus-example overlays/aibrix-coexistence default samples; do \
 	  $(KUBECTL) kustomize deploy/$$d > /dev/null && echo "deploy/$$d renders"; done
 	$(KUBECTL) apply --server-side -k deploy/namespace
+	$(KUBECTL) get namespace $(GATEWAY_NAMESPACE) >/dev/null 2>&1 || $(KUBECTL) create namespace $(GATEWAY_NAMESPACE)
 	$(KUBECTL) apply --server-side --dry-run=server -k $(KUSTOMIZE_DIR) 2>&1 | tee _artifacts/deploy-check.log
 	@if grep -q "violate PodSecurity" _artifacts/deploy-check.log; then echo "Pod Security restricted violated" >&2; exit 1; fi
 

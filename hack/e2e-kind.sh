@@ -168,12 +168,15 @@ if [ "$install" = kustomize ]; then
   run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
   # The ClusterRole a Prometheus scrapes with (the suite's metrics reader is bound to it).
   run "${kubectl[@]}" apply --server-side -f deploy/prometheus/rbac.yaml
+  # The gateway namespace first: the router's HTTPRoute Role and its binding live there.
+  run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
   run "${kubectl[@]}" apply --server-side -f "$art/deploy.yaml"
   # The images keep their tag across runs: restart so the pods run the image just loaded.
   run "${kubectl[@]}" -n loraplane-system rollout restart deploy/adapter-controller deploy/router-controller
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
-  run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
 elif [ "$install" != helm ]; then
+  # The gateway namespace first: the release's HTTPRoute Role and its binding live there.
+  run bash -c "${kubectl[*]} create namespace aibrix-system --dry-run=client -o yaml | ${kubectl[*]} apply -f -"
   release_install # hack/e2e-kind-release.sh
   overlay helm # the suite's objects only: the controllers are the release's
   run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"

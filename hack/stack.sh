@@ -113,11 +113,15 @@ up() { # dir
   kubectl apply --server-side -k "$root/deploy/crds" >/dev/null
   kubectl apply --server-side -f "$gw/config/crd/standard" >/dev/null
   kubectl apply --server-side -k "$root/deploy/namespace" >/dev/null
-  for b in adapter-controller router-controller; do
-    kubectl apply --server-side -n loraplane-system -f "$root/deploy/$b/rbac/role.yaml" -f "$root/deploy/$b/rbac.yaml" >/dev/null
-  done
-  kubectl apply --server-side -f "$root/hack/testing/loopback-endpointslices.yaml" >/dev/null
   kubectl create namespace aibrix-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The generated roles name their namespaces (loraplane-system; the router's HTTPRoute Role
+  # aibrix-system, bound by gateway-rbac.yaml); the bindings leave it to kustomize.
+  for b in adapter-controller router-controller; do
+    kubectl apply --server-side -f "$root/deploy/$b/rbac/role.yaml" >/dev/null
+    kubectl apply --server-side -n loraplane-system -f "$root/deploy/$b/rbac.yaml" >/dev/null
+  done
+  kubectl apply --server-side -f "$root/deploy/router-controller/gateway-rbac.yaml" >/dev/null
+  kubectl apply --server-side -f "$root/hack/testing/loopback-endpointslices.yaml" >/dev/null
   kubectl wait --for condition=established --timeout=60s crd/modeladapters.model.aibrix.ai crd/httproutes.gateway.networking.k8s.io >/dev/null
 
   # Each controller talks to the API server as its ServiceAccount.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,16 +31,18 @@ const (
 // notFromBinaries are the series Prometheus itself makes for every target.
 var notFromBinaries = []string{"up"}
 
-// exported returns the series names the binaries export, from the committed scrape list:
-// a histogram family f is queried as f_bucket, f_sum and f_count.
-func exported(t *testing.T) map[string]bool {
+// exportedLine is one line of the committed scrape list: <binary> <family> <type>.
+type exportedLine struct{ binary, family, typ string }
+
+// exportedLines reads the committed scrape list.
+func exportedLines(t *testing.T) []exportedLine {
 	t.Helper()
 	f, err := os.Open(exportedList)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	out := map[string]bool{}
+	var out []exportedLine
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -50,24 +53,35 @@ func exported(t *testing.T) map[string]bool {
 		if len(fields) != 3 {
 			t.Fatalf("%s: bad line %q", exportedList, line)
 		}
-		switch family, typ := fields[1], fields[2]; typ {
-		case "histogram":
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				out[family+s] = true
-			}
-		case "summary":
-			for _, s := range []string{"", "_sum", "_count"} {
-				out[family+s] = true
-			}
-		default:
-			out[family] = true
-		}
+		out = append(out, exportedLine{binary: fields[0], family: fields[1], typ: fields[2]})
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if len(out) == 0 {
 		t.Fatalf("%s lists no metrics", exportedList)
+	}
+	return out
+}
+
+// exported returns the series names the binaries export, from the committed scrape list:
+// a histogram family f is queried as f_bucket, f_sum and f_count.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, l := range exportedLines(t) {
+		switch l.typ {
+		case "histogram":
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				out[l.family+s] = true
+			}
+		case "summary":
+			for _, s := range []string{"", "_sum", "_count"} {
+				out[l.family+s] = true
+			}
+		default:
+			out[l.family] = true
+		}
 	}
 	return out
 }
@@ -178,6 +192,57 @@ func TestRules(t *testing.T) {
 			t.Errorf("%s has no runbook section (## %s) in %s", name, r.Alert, alertsDoc)
 		}
 	}
+}
+
+// ourJobs are the scrape jobs of the binaries (the ServiceMonitors' relabelings set them);
+// foreignJobs are jobs a shared Prometheus has beside them, among them the Services' names
+// and annotation-based jobs that may scrape the same pods.
+var (
+	ourJobs     = []string{"adapter-controller", "router-controller"}
+	foreignJobs = []string{"", "adapter-controller-metrics", "router-controller-metrics", "controller-manager",
+		"kubernetes-pods", "kubernetes-service-endpoints", "kube-state-metrics", "other-adapter-controller"}
+)
+
+// TestRulesScoped: every selector of every rule has a job matcher that matches one of our
+// jobs and none of the foreign ones, so that no other operator's series (the generic
+// controller-runtime ones above all) reaches an alert.
+func TestRulesScoped(t *testing.T) {
+	for _, r := range rules(t) {
+		e, err := parser.NewParser(parser.Options{}).ParseExpr(r.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Alert+r.Record, err)
+		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				if err := scopedToOurJobs(vs.LabelMatchers); err != nil {
+					t.Errorf("%s: %s: %v", r.Alert+r.Record, vs, err)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// scopedToOurJobs checks that the matchers select only series of our jobs.
+func scopedToOurJobs(ms []*labels.Matcher) error {
+	var job *labels.Matcher
+	for _, m := range ms {
+		if m.Name == "job" {
+			job = m
+		}
+	}
+	if job == nil {
+		return errors.New("no job matcher")
+	}
+	if !slices.ContainsFunc(ourJobs, job.Matches) {
+		return fmt.Errorf("%s matches none of %v", job, ourJobs)
+	}
+	for _, f := range foreignJobs {
+		if job.Matches(f) {
+			return fmt.Errorf("%s matches job %q", job, f)
+		}
+	}
+	return nil
 }
 
 // TestPromtoolCoverage: the promtool unit tests check every alert both firing and not

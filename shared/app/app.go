@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -88,16 +89,7 @@ func New(o *Options, c Config) (*App, error) {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	metricsOpts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
-	if o.MetricsSecure {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
-		logMetricsCertificate(logger, o.MetricsCertDir)
-		if o.MetricsCertDir != "" {
-			// controller-runtime serves (and watches) tls.crt and tls.key from there when both
-			// exist, and falls back to a self-signed certificate otherwise.
-			metricsOpts.CertDir = o.MetricsCertDir
-		}
-	}
+	metricsOpts := metricsOptions(logger, o)
 	gate, err := syncgate.New(syncgate.Options{
 		Controller:      c.Controller,
 		Timeout:         o.CacheSyncTimeout,
@@ -169,18 +161,54 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// logMetricsCertificate says which certificate the secure metrics endpoint will serve: the
-// one in dir, or a self-signed one (which a scraper can only accept without verification).
-func logMetricsCertificate(logger logr.Logger, dir string) {
+// metricsOptions are the metrics server's options: with --metrics-secure, scrapes
+// authenticated and authorized with the API server, the certificate of --metrics-cert-dir
+// served (and its expiry exported) when it holds one.
+func metricsOptions(logger logr.Logger, o *Options) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
+	if !o.MetricsSecure {
+		return opts
+	}
+	opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if logMetricsCertificate(logger, o.MetricsCertDir) {
+		registerCertificateExpiry(o.MetricsCertDir)
+	}
+	if o.MetricsCertDir != "" {
+		// controller-runtime serves (and watches) tls.crt and tls.key from there when both
+		// exist, and falls back to a self-signed certificate otherwise.
+		opts.CertDir = o.MetricsCertDir
+	}
+	return opts
+}
+
+// logMetricsCertificate says which certificate the secure metrics endpoint will serve, and
+// reports whether it is the one in dir (true) or a self-signed one (which a scraper can only
+// accept without verification).
+func logMetricsCertificate(logger logr.Logger, dir string) bool {
 	if dir != "" {
 		_, certErr := os.Stat(filepath.Join(dir, "tls.crt"))
 		_, keyErr := os.Stat(filepath.Join(dir, "tls.key"))
 		if certErr == nil && keyErr == nil {
-			logger.Info("Serving metrics with the mounted certificate", "dir", dir)
-			return
+			cert, err := sharedmetrics.ReadCertificate(filepath.Join(dir, "tls.crt"))
+			if err != nil {
+				logger.Error(err, "Reading the mounted metrics certificate", "dir", dir)
+			} else {
+				logger.Info("Serving metrics with the mounted certificate", "dir", dir, "notAfter", cert.NotAfter)
+			}
+			return true
 		}
 	}
 	logger.Info("Serving metrics with a self-signed certificate: scrapers cannot verify it", "certDir", dir)
+	return false
+}
+
+// registerCertificateExpiry exports the notAfter of dir's tls.crt (the certificate the
+// metrics server serves and reloads) as loraplane_metrics_certificate_expiry_timestamp_seconds,
+// replacing the collector of an earlier New in the same process.
+func registerCertificateExpiry(dir string) {
+	c := sharedmetrics.NewCertificateExpiry(filepath.Join(dir, "tls.crt"))
+	crmetrics.Registry.Unregister(c)
+	crmetrics.Registry.MustRegister(c)
 }
 
 // cacheTransform strips managedFields from every cached object, then runs extra (if set).

@@ -708,3 +708,36 @@ func TestChartAvailabilityDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestChartRulesOfDisabledController: with a controller switched off, the chart's rules
+// leave out the ones that select only its job (its LoraplaneControllerAbsent would fire
+// forever) and keep every other rule.
+func TestChartRulesOfDisabledController(t *testing.T) {
+	root := repoRoot(t)
+	exprs := func(args ...string) []string {
+		objs := byKey(helmTemplate(t, root, append([]string{"--set", "monitoring.prometheusRule.enabled=true"}, args...)...))
+		var out []string
+		for _, g := range get(objs["monitoring.coreos.com/v1 PrometheusRule loraplane-system/loraplane"], "spec", "groups").([]any) {
+			for _, r := range g.(map[string]any)["rules"].([]any) {
+				out = append(out, r.(map[string]any)["expr"].(string))
+			}
+		}
+		return out
+	}
+	all := exprs()
+	for _, c := range []struct{ value, job string }{{"adapterController", "adapter-controller"}, {"routerController", "router-controller"}} {
+		off := exprs("--set", c.value+".enabled=false")
+		var want []string
+		for _, e := range all {
+			if !strings.Contains(e, `job="`+c.job+`"`) {
+				want = append(want, e)
+			}
+		}
+		if len(want) != len(all)-1 {
+			t.Fatalf("%d rules select only job %s, want 1 (its LoraplaneControllerAbsent)", len(all)-len(want), c.job)
+		}
+		if diff := cmp.Diff(want, off); diff != "" {
+			t.Errorf("rules with %s.enabled=false (-want +got):\n%s", c.value, diff)
+		}
+	}
+}

@@ -291,32 +291,35 @@ func ruleFor(t *testing.T, base, alert string) time.Duration {
 }
 
 // TestSyncAlertFiresAndResolves: the sync alert of deploy/prometheus fires for real. The
-// router-controller's ClusterRole loses HTTPRoutes and the router is rolled out: the new pod
-// cannot list HTTPRoutes, its cache never syncs, and LoraplaneCacheNotSynced fires for it
-// (kind HTTPRoute) once its `for` has passed; the permission restored, the cache syncs and the
-// alert resolves. The old replicas keep serving meanwhile (the rollout waits for the new pod).
+// router-controller's Role in the gateway namespace (its only grant on HTTPRoutes) loses
+// HTTPRoutes and the router is rolled out: the new pod cannot list HTTPRoutes, its cache
+// never syncs, and LoraplaneCacheNotSynced fires for it (kind HTTPRoute) once its `for` has
+// passed; the permission restored, the cache syncs and the alert resolves. The old replicas
+// keep serving meanwhile (the rollout waits for the new pod).
 func TestSyncAlertFiresAndResolves(t *testing.T) {
 	prom := prometheusURL(t)
 	const alert, kind, ctl = "LoraplaneCacheNotSynced", "HTTPRoute", "router-controller"
-	const clusterRole = "loraplane-" + ctl // named after the release (the chart's full name)
+	// The Role is named after the release (the chart's full name), as kustomize's generated one.
+	const roleName = "loraplane-" + ctl
 	forDur := ruleFor(t, prom, alert)
 	ctx := ctxFor(t, 12*time.Minute)
 
-	role := &rbacv1.ClusterRole{}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: clusterRole}, role); err != nil {
+	key := client.ObjectKey{Namespace: gatewayNamespace(), Name: roleName}
+	role := &rbacv1.Role{}
+	if err := k8s.Get(ctx, key, role); err != nil {
 		t.Fatal(err)
 	}
 	original := role.DeepCopy()
 	restored := false
 	restore := func() {
-		cur := &rbacv1.ClusterRole{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Name: clusterRole}, cur); err != nil {
-			t.Errorf("restoring the ClusterRole: %v", err)
+		cur := &rbacv1.Role{}
+		if err := k8s.Get(context.Background(), key, cur); err != nil {
+			t.Errorf("restoring the Role: %v", err)
 			return
 		}
 		cur.Rules = original.Rules
 		if err := k8s.Update(context.Background(), cur); err != nil {
-			t.Errorf("restoring the ClusterRole: %v", err)
+			t.Errorf("restoring the Role: %v", err)
 		}
 		restored = true
 	}
@@ -326,15 +329,21 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 		}
 		waitRolledOut(t, ctl)
 	})
+	// A rule left without resources is invalid: it goes.
 	removed := 0
-	for i, r := range role.Rules {
+	var kept []rbacv1.PolicyRule
+	for _, r := range role.Rules {
 		if slices.Contains(r.APIGroups, "gateway.networking.k8s.io") && slices.Contains(r.Resources, "httproutes") {
-			role.Rules[i].Resources = slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "httproutes" })
+			r.Resources = slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "httproutes" })
 			removed++
 		}
+		if len(r.Resources) > 0 {
+			kept = append(kept, r)
+		}
 	}
+	role.Rules = kept
 	if removed == 0 {
-		t.Fatalf("ClusterRole %s grants nothing on httproutes: %+v", clusterRole, role.Rules)
+		t.Fatalf("Role %s grants nothing on httproutes: %+v", key, role.Rules)
 	}
 	if err := k8s.Update(ctx, role); err != nil {
 		t.Fatal(err)
@@ -356,7 +365,7 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
-	t.Logf("ClusterRole %s: httproutes removed from %d rule(s); %s rolled out", clusterRole, removed, ctl)
+	t.Logf("Role %s: httproutes removed from %d rule(s); %s rolled out", key, removed, ctl)
 
 	var newPod string
 	waitFor(t, 60*time.Second, "a new "+ctl+" pod", func() (bool, string) {
@@ -408,7 +417,7 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 		a, ok := state(as)
 		return !ok, fmt.Sprintf("%+v", a)
 	})
-	t.Logf("ClusterRole restored → %s for pod %s resolved after %.1f s", alert, newPod, time.Since(restoredAt).Seconds())
+	t.Logf("Role restored → %s for pod %s resolved after %.1f s", alert, newPod, time.Since(restoredAt).Seconds())
 	waitRolledOut(t, ctl)
 	t.Logf("%s rolled out again %.1f s after the restore", ctl, time.Since(restoredAt).Seconds())
 }

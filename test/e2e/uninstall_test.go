@@ -280,9 +280,12 @@ func reinstallStack(t *testing.T, root string) {
 	for _, dir := range []string{"deploy/crds", "deploy/namespace"} {
 		mustCmd(t, root, time.Minute, kubectl, "apply", "--server-side", "--force-conflicts", "-k", dir)
 	}
+	// The generated roles name their namespaces (the release's; the router's HTTPRoute Role the
+	// gateway namespace, bound by gateway-rbac.yaml); the bindings leave it to kustomize.
 	for _, b := range []string{"adapter-controller", "router-controller"} {
-		mustCmd(t, root, time.Minute, kubectl, "apply", "--server-side", "--force-conflicts", "-n", releaseNamespace,
-			"-f", "deploy/"+b+"/rbac/role.yaml", "-f", "deploy/"+b+"/rbac.yaml")
+		mustCmd(t, root, time.Minute, kubectl, "apply", "--server-side", "--force-conflicts", "-f", "deploy/"+b+"/rbac/role.yaml")
+		mustCmd(t, root, time.Minute, kubectl, "apply", "--server-side", "--force-conflicts", "-n", releaseNamespace, "-f", "deploy/"+b+"/rbac.yaml")
 	}
+	mustCmd(t, root, time.Minute, kubectl, "apply", "--server-side", "--force-conflicts", "-f", "deploy/router-controller/gateway-rbac.yaml")
 	mustCmd(t, root, time.Minute, kubectl, "wait", "--for", "condition=established", "--timeout=60s", "crd/"+crdName)
 }

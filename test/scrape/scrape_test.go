@@ -3,6 +3,7 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/http"
@@ -18,13 +19,16 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/loraplane/loraplane/test/fakeengine"
@@ -80,6 +84,17 @@ func TestExportedMetrics(t *testing.T) {
 		}
 	}
 
+	// Both serve metrics as deployed: over HTTPS (--metrics-secure) with a mounted
+	// certificate, scraped with the token of a ServiceAccount holding the metrics-reader role.
+	certDir := filepath.Join(dir, "metrics-cert")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WriteServingCertificate(certDir, time.Now().Add(365*24*time.Hour), "localhost"); err != nil {
+		t.Fatal(err)
+	}
+	token := scraperToken(ctx, t, env, k8s, root)
+
 	type binary struct{ name, metrics string }
 	binaries := []binary{{name: "adapter-controller"}, {name: "router-controller"}}
 	for i := range binaries {
@@ -91,7 +106,8 @@ func TestExportedMetrics(t *testing.T) {
 		}
 		b.metrics = testenv.FreeAddr()
 		args := []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + b.metrics,
-			"--health-probe-bind-address=" + testenv.FreeAddr(), "--leader-elect", "--leader-election-namespace=default"}
+			"--health-probe-bind-address=" + testenv.FreeAddr(), "--leader-elect", "--leader-election-namespace=default",
+			"--metrics-secure", "--metrics-cert-dir=" + certDir}
 		if b.name == "adapter-controller" {
 			args = append(args, "--inventory-period=1s")
 		}
@@ -164,7 +180,7 @@ func TestExportedMetrics(t *testing.T) {
 	testenv.Eventually(t, time.Minute, 200*time.Millisecond, "the adapter deleted and unloaded, the model routed", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(a), modelAdapter("", "", nil))
 		var routes bytes.Buffer
-		got := scrape(t, binaries[1].metrics, &routes)
+		got := scrape(t, binaries[1].metrics, token, &routes)
 		managed := got["loraplane_routes"] != "" && strings.Contains(routes.String(), `loraplane_routes{state="managed"} `) &&
 			!strings.Contains(routes.String(), `loraplane_routes{state="managed"} 0`)
 		return client.IgnoreNotFound(err) == nil && err != nil && slices.Equal(eng.Loaded(), []string{"kept"}) && managed,
@@ -173,7 +189,7 @@ func TestExportedMetrics(t *testing.T) {
 
 	var lines []string
 	for _, b := range binaries {
-		for name, typ := range scrape(t, b.metrics, nil) {
+		for name, typ := range scrape(t, b.metrics, token, nil) {
 			if kept(name) {
 				lines = append(lines, fmt.Sprintf("%s %s %s", b.name, name, typ))
 			}
@@ -218,31 +234,62 @@ func diff(a, b []string) []string {
 	return out
 }
 
-// get reads the body of a GET of url (as text, not protobuf) into body.
-func get(ctx context.Context, url string, body *bytes.Buffer) error {
+// scraperToken returns the token of a ServiceAccount bound to the metrics-reader role of
+// deploy/prometheus, the identity a Prometheus scrapes with.
+func scraperToken(ctx context.Context, t *testing.T, env *testenv.Env, k8s client.Client, root string) string {
+	t.Helper()
+	if err := env.Apply(filepath.Join(root, "deploy", "prometheus", "rbac.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus", Namespace: "default"}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scrape-test-metrics-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "loraplane-metrics-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}}
+	for _, obj := range []client.Object{sa, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if err := k8s.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatalf("issuing the scraper's token: %v", err)
+	}
+	return tr.Status.Token
+}
+
+// scrapeClient scrapes the loopback metrics endpoints, whose test certificate is self-signed.
+var scrapeClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // loopback test server
+
+// get reads the body of a GET of url with the bearer token (as text, not protobuf) into body.
+func get(ctx context.Context, url, token string, body *bytes.Buffer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Accept", "text/plain")
-	resp, err := http.DefaultClient.Do(req)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := scrapeClient.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
 	_, err = body.ReadFrom(resp.Body)
 	return err
 }
 
 // scrape returns the metric families of the /metrics at addr with their types; raw, when
 // set, receives the exposition.
-func scrape(t *testing.T, addr string, raw *bytes.Buffer) map[string]string {
+func scrape(t *testing.T, addr, token string, raw *bytes.Buffer) map[string]string {
 	t.Helper()
 	var body bytes.Buffer
 	var err error
 	testenv.Poll(30*time.Second, 200*time.Millisecond, func() bool {
 		body.Reset()
-		err = get(t.Context(), "http://"+addr+"/metrics", &body)
+		err = get(t.Context(), "https://"+addr+"/metrics", token, &body)
 		return err == nil
 	})
 	if err != nil {

@@ -120,6 +120,10 @@ type Options struct {
 	// StrayConfigMapName keeps the stray loads (unloads deletion gave up on) across restarts
 	// and failovers. Empty: they are kept in memory only.
 	StrayNamespace string
+	// SecretSelector, when set (--secret-label-selector), is what a credentials Secret's
+	// labels must match for anything of it to be used: the opt-in that keeps an adapter from
+	// sending any other Secret of its namespace to the pods it selects. Nil: every Secret.
+	SecretSelector labels.Selector
 }
 
 // DefaultOptions returns production defaults.
@@ -217,7 +221,7 @@ func NewReconciler(c client.Client, apiReader client.Reader, eng engine.Client, 
 		aibrixWaits: newReportedOnce(),
 		superseded:  newSupersededVersions(),
 		unanswered:  newUnansweredLoads(),
-		secrets:     newSecretCache(apiReader, clk),
+		secrets:     newSecretCache(apiReader, clk, opts.SecretSelector),
 	}
 	r.ledger = newLedger(r.wakeAdapter)
 	r.inventory = NewInventory(eng, c, opts.InventoryPeriod, opts.MaxParallelEngineListings, clk, r.inventoryHooks())

@@ -26,6 +26,9 @@ const (
 	ReasonInitialized       = "Initialized"
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonSecretUnavailable = "SecretUnavailable"
+	// ReasonSecretNotSelected: the credentials Secret lacks the labels of
+	// --secret-label-selector; nothing of it is used.
+	ReasonSecretNotSelected = "SecretNotSelected"
 	ReasonScheduled         = "Scheduled"
 	ReasonUnknownScheduler  = "UnknownSchedulerDefaultUsed"
 	// ReasonNoReadyPods: no candidate pod is Ready (AIBrix's reason, on Scheduled and Ready).

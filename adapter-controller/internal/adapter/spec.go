@@ -52,10 +52,15 @@ func (r *Reconciler) resolveSpec(ctx context.Context, p *pass) error {
 	p.rank = rank
 	key, creds, err := r.credentials(ctx, p.adapter)
 	var missing secretMissingError
+	var notSelected secretNotSelectedError
 	switch {
 	case errors.As(err, &missing):
 		p.specErr, p.specReason = err, ReasonSecretUnavailable
 		p.requeueAfter(time.Minute) // Secrets are not watched: look again later
+		return nil
+	case errors.As(err, &notSelected):
+		p.specErr, p.specReason = err, ReasonSecretNotSelected
+		p.requeueAfter(time.Minute) // a label added later is seen then
 		return nil
 	case err != nil:
 		return err
@@ -71,6 +76,15 @@ func (e secretMissingError) Error() string {
 	return fmt.Sprintf("credentials Secret %s not found", e.name)
 }
 
+// secretNotSelectedError is a credentials Secret whose labels do not match
+// --secret-label-selector: a spec problem, reported; nothing of the Secret is used or kept.
+type secretNotSelectedError struct{ name, selector string }
+
+func (e secretNotSelectedError) Error() string {
+	return fmt.Sprintf("credentials Secret %s does not carry the labels this controller requires of credentials Secrets (--secret-label-selector=%s): nothing of it is used; label it to opt it in",
+		e.name, e.selector)
+}
+
 // credentials returns the engine API key and the artifact credentials of an adapter: from
 // credentialsSecretRef (its "api-key" entry is the key; all entries are the credentials),
 // else additionalConfig["api-key"] (AIBrix compatibility).
@@ -82,8 +96,12 @@ func (r *Reconciler) credentials(ctx context.Context, a *v1alpha1.ModelAdapter) 
 	ref := client.ObjectKey{Namespace: a.Namespace, Name: a.Spec.CredentialsSecretRef.Name}
 	data, err := r.secrets.get(ctx, ref)
 	if err != nil {
-		if apierrors.IsNotFound(err) {
+		var notSelected secretNotSelectedError
+		switch {
+		case apierrors.IsNotFound(err):
 			return "", nil, secretMissingError{ref.Name}
+		case errors.As(err, &notSelected):
+			return "", nil, err
 		}
 		return "", nil, fmt.Errorf("reading credentials Secret %s: %w", ref.Name, err)
 	}
@@ -105,12 +123,14 @@ const secretTTL = 30 * time.Second
 // reads its Secret from the API server only once per TTL however many adapters share it
 // (10,000 adapters reconciled after a failover made 10,000 GETs: 200 s of a 50 QPS client). A
 // watch would need list and watch on Secrets, which the controller's RBAC does not grant: it
-// may only get the Secrets adapters name. A missing Secret is not kept.
+// may only get the Secrets adapters name. A missing Secret is not kept, nor one whose labels
+// do not match the selector (--secret-label-selector; nil: every Secret).
 type secretCache struct {
-	reader client.Reader
-	clock  clock.PassiveClock
-	mu     sync.Mutex
-	byKey  map[client.ObjectKey]secretEntry
+	reader   client.Reader
+	clock    clock.PassiveClock
+	selector labels.Selector
+	mu       sync.Mutex
+	byKey    map[client.ObjectKey]secretEntry
 }
 
 type secretEntry struct {
@@ -118,8 +138,8 @@ type secretEntry struct {
 	readAt time.Time
 }
 
-func newSecretCache(reader client.Reader, clk clock.PassiveClock) *secretCache {
-	return &secretCache{reader: reader, clock: clk, byKey: map[client.ObjectKey]secretEntry{}}
+func newSecretCache(reader client.Reader, clk clock.PassiveClock, selector labels.Selector) *secretCache {
+	return &secretCache{reader: reader, clock: clk, selector: selector, byKey: map[client.ObjectKey]secretEntry{}}
 }
 
 // get returns the data of the Secret, read at most secretTTL ago; the caller must not
@@ -136,6 +156,10 @@ func (c *secretCache) get(ctx context.Context, key client.ObjectKey) (map[string
 	if err := c.reader.Get(ctx, key, secret); err != nil {
 		c.forget(key)
 		return nil, err
+	}
+	if c.selector != nil && !c.selector.Matches(labels.Set(secret.Labels)) {
+		c.forget(key)
+		return nil, secretNotSelectedError{name: key.Name, selector: c.selector.String()}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Adapter.EngineLoadTimeout, "engine-load-timeout", o.Adapter.EngineLoadTimeout, "Timeout of one engine load request (the engine answers once the adapter is loaded: large artifacts and downloads through the runtime sidecar take long). A load that ended without an answer is taken as possibly landing for as long again.")
 	fs.BoolVar(&o.DeleteAllAdapters, "delete-all-adapters", o.DeleteAllAdapters, "Do not run the controller: delete every ModelAdapter (in --watch-namespace, else in all namespaces), "+
 		"wait until a running adapter-controller has unloaded them and released their finalizers, then exit (an uninstall's first step).")
+	fs.Var(selectorFlag{&o.Adapter.SecretSelector}, "secret-label-selector", "Hardening, off by default: a label selector (e.g. loraplane.io/engine-credentials=true) a credentials Secret must match "+
+		"for the controller to use it; an adapter whose credentialsSecretRef names another Secret reports Ready=False, reason SecretNotSelected, and nothing of that Secret is sent to any engine.")
 	fs.DurationVar(&o.CleanupTimeout, "cleanup-timeout", o.CleanupTimeout, "How long --delete-all-adapters waits for the finalizers before failing with the adapters left.")
 }
 
@@ -98,6 +101,33 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// selectorFlag is a label selector flag: parsed when set, so that a malformed selector
+// stops the binary at its flags; empty means no selector (nil).
+type selectorFlag struct{ sel *labels.Selector }
+
+func (f selectorFlag) String() string {
+	if f.sel == nil || *f.sel == nil {
+		return ""
+	}
+	return (*f.sel).String()
+}
+
+func (f selectorFlag) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		*f.sel = nil
+		return nil
+	}
+	sel, err := labels.Parse(v)
+	if err != nil {
+		return fmt.Errorf("invalid label selector %q: %w", v, err)
+	}
+	if sel.Empty() {
+		return fmt.Errorf("label selector %q selects every Secret", v)
+	}
+	*f.sel = sel
+	return nil
 }
 
 // Scheme holds the types the binary reads and writes.

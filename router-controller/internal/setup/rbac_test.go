@@ -24,9 +24,14 @@ import (
 
 const systemNamespace = "loraplane-system"
 
+// gatewayNamespace is the default --gateway-namespace, the namespace of the generated
+// HTTPRoute Role and of its binding (deploy/router-controller/gateway-rbac.yaml).
+const gatewayNamespace = "aibrix-system"
+
 // TestRBAC applies the generated roles and bindings of the router-controller to envtest and
-// checks that they are minimal (secrets and pod writes refused) and sufficient (the router,
-// running as its ServiceAccount with leader election, becomes ready and creates a route).
+// checks that they are minimal (secrets and pod writes refused, HTTPRoutes writable only in
+// the gateway namespace) and sufficient (the router, running as its ServiceAccount with
+// leader election, becomes ready and creates a route with only the namespaced HTTPRoute Role).
 func TestRBAC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs envtest")
@@ -46,10 +51,12 @@ func TestRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.EnsureNamespace(ctx, systemNamespace); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{systemNamespace, gatewayNamespace} {
+		if err := env.EnsureNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, f := range []string{"rbac/role.yaml", "rbac.yaml"} {
+	for _, f := range []string{"rbac/role.yaml", "rbac.yaml", "gateway-rbac.yaml"} {
 		if err := env.ApplyInNamespace(ctx, filepath.Join(root, "deploy", setup.ControllerName, f), systemNamespace); err != nil {
 			t.Fatal(err)
 		}
@@ -80,6 +87,11 @@ func testRBACMinimal(ctx context.Context, t *testing.T, env *testenv.Env) {
 		{Verb: "update", Group: "model.aibrix.ai", Resource: "modeladapters", Subresource: "status", Namespace: "default"},
 		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "default"},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
+		// HTTPRoutes only in the gateway namespace.
+		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: "default"},
+		{Verb: "delete", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: systemNamespace},
+		{Verb: "list", Group: "gateway.networking.k8s.io", Resource: "httproutes"},
+		{Verb: "watch", Group: "gateway.networking.k8s.io", Resource: "httproutes"},
 		// AIBrix's Leases are read by name only.
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "other"},
 		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system"},
@@ -92,7 +104,10 @@ func testRBACMinimal(ctx context.Context, t *testing.T, env *testenv.Env) {
 		// The Services the adapter-controller publishes: the ports of adapters' routes.
 		{Verb: "list", Resource: "services"},
 		{Verb: "watch", Resource: "services"},
-		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: "default"},
+		{Verb: "create", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: gatewayNamespace},
+		{Verb: "watch", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: gatewayNamespace},
+		{Verb: "delete", Group: "gateway.networking.k8s.io", Resource: "httproutes", Namespace: gatewayNamespace},
+		// Grants live in the model namespaces.
 		{Verb: "patch", Group: "gateway.networking.k8s.io", Resource: "referencegrants", Namespace: "default"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: systemNamespace},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "aibrix-system", Name: "aibrix-controller-manager"},
@@ -128,7 +143,7 @@ func testRBACSufficient(ctx context.Context, t *testing.T, env *testenv.Env) {
 		}
 		return ns.Name
 	}
-	gw, src := newNS("gw"), newNS("src")
+	gw, src := gatewayNamespace, newNS("src")
 	model := "rbac-model"
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: src, Name: "engine",

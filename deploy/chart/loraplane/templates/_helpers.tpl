@@ -65,16 +65,18 @@ then extraArgs.
 {{/*
 The generated rules (files/<name>-role.yaml, copied from deploy/<name>/rbac by
 `make manifests`) of one kind: (dict "root" $ "name" ... "kind" "ClusterRole"|"Role"
-"scope" "all"|"cluster"|"namespaced"). "cluster" keeps the rules on cluster-scoped resources
-(TokenReviews, SubjectAccessReviews) and the read of AIBrix's Leases (leases by name: those
-live in AIBrix's namespace, which a namespaced install does not watch), "namespaced" the
-others.
+"scope" "all"|"cluster"|"namespaced" ["namespace" ...]). "cluster" keeps the rules on
+cluster-scoped resources (TokenReviews, SubjectAccessReviews) and the read of AIBrix's Leases
+(leases by name: those live in AIBrix's namespace, which a namespaced install does not watch),
+"namespaced" the others. A Role is picked by the namespace its markers name: "namespace",
+default loraplane-system (leader election; the router's HTTPRoute Role names aibrix-system,
+the default gateway namespace).
 */}}
 {{- define "loraplane.rules" -}}
 {{- $rules := list -}}
 {{- range $doc := splitList "---\n" ($.root.Files.Get (printf "files/%s-role.yaml" $.name)) }}
 {{- $o := fromYaml $doc }}
-{{- if eq (toString (get $o "kind")) $.kind }}
+{{- if and (eq (toString (get $o "kind")) $.kind) (or (ne $.kind "Role") (eq (toString (dig "metadata" "namespace" "" $o)) ($.namespace | default "loraplane-system"))) }}
 {{- range $r := $o.rules }}
 {{- $cluster := or (has "authentication.k8s.io" $r.apiGroups) (has "authorization.k8s.io" $r.apiGroups) (and (has "coordination.k8s.io" $r.apiGroups) $r.resourceNames) }}
 {{- if or (eq $.scope "all") (and $cluster (eq $.scope "cluster")) (and (not $cluster) (eq $.scope "namespaced")) }}

@@ -20,6 +20,9 @@ import (
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
 )
 
+// capacityAnnotation on a pod tells the adapter-controller its engine's adapter capacity.
+const capacityAnnotation = "loraplane.io/adapter-capacity"
+
 // capacityEngine is what the capacity test reads of an engine (GET /engines).
 type capacityEngine struct {
 	Pod      string   `json:"pod"`
@@ -73,8 +76,11 @@ func checkNoEngineOverCapacity(t *testing.T, ns string) map[string]int {
 }
 
 // capacityDeployment is a one-pod Deployment of the model whose engine holds capacity
-// adapters: vLLM's --enable-lora --max-loras (read by the fake engine on kwok and in the pod
-// on kind, and by the adapter-controller), with runtime LoRA updating on.
+// adapters: vLLM's --enable-lora --max-loras (read by the fake engine, on kwok from the pod
+// spec and on kind in the pod), with runtime LoRA updating on. The controller learns the
+// capacity from the pod annotation loraplane.io/adapter-capacity, the first of its sources:
+// the fake engine's container is not a vLLM command line it would read, and an engine's
+// metrics are read by the inventory only once an adapter is placed there.
 func capacityDeployment(ctx context.Context, t *testing.T, ns, name, model string, capacity int) {
 	t.Helper()
 	d := modelDeployment(ns, model, 1)
@@ -82,6 +88,7 @@ func capacityDeployment(ctx context.Context, t *testing.T, ns, name, model strin
 	d.Spec.Selector.MatchLabels = map[string]string{"e2e-pool": name}
 	tmpl := &d.Spec.Template
 	tmpl.Labels["e2e-pool"] = name
+	tmpl.Annotations = map[string]string{capacityAnnotation: fmt.Sprint(capacity)}
 	c := &tmpl.Spec.Containers[0]
 	c.Args = append(c.Args, "--enable-lora", fmt.Sprintf("--max-loras=%d", capacity))
 	c.Env = append(c.Env, corev1.EnvVar{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "true"})

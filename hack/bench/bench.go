@@ -76,7 +76,14 @@ type Result struct {
 	RouterWrites       float64            `json:"routerWrites"`
 	RouterFloorSeconds float64            `json:"routerFloorSeconds"`
 	RouterRatio        float64            `json:"routerRatio"`
-	Errors             []string           `json:"errors,omitempty"`
+	// With a capacity (Point.C): the adapters the engines evicted because they were asked to
+	// hold more (from create to the end of the inventory periods observed, before the engine
+	// floor, whose own loads are not placed), the requests that loaded an evicted adapter
+	// again, and the most adapters one engine listed then.
+	Evictions    int      `json:"engineEvictions,omitempty"`
+	Reloads      int      `json:"engineReloads,omitempty"`
+	MaxPerEngine int      `json:"maxAdaptersOnAnEngine,omitempty"`
+	Errors       []string `json:"errors,omitempty"`
 }
 
 func (b *bench) run(ctx context.Context, points []Point) error {
@@ -125,6 +132,7 @@ func (b *bench) run(ctx context.Context, points []Point) error {
 		}
 	}
 	rep.Duration = time.Since(started).Round(time.Second).String()
+	rep.Machine.LoadAvgEnd = loadAvg()
 	md := markdown(rep)
 	fmt.Print(md)
 	if err := os.WriteFile(filepath.Join(b.o.out, "results.md"), []byte(md), 0o644); err != nil {
@@ -216,7 +224,13 @@ func (b *bench) serveEngines(ctx context.Context, idx int) func() {
 						}
 						continue
 					}
-					if _, err := b.fleet.Add(ip, b.o.enginePort, fakeengine.Options{Latency: b.o.engineLatency}); err != nil {
+					// The engine's capacity comes from the pod's engine arguments, as a real engine's.
+					capacity, err := fakeengine.CapacityFromArgs(fakeengine.VLLM, l.Items[i].Spec.Containers[0].Args)
+					if err != nil {
+						logf("pool pod %s: %v", l.Items[i].Name, err)
+						continue
+					}
+					if _, err := b.fleet.Add(ip, b.o.enginePort, fakeengine.Options{Latency: b.o.engineLatency, Capacity: capacity}); err != nil {
 						logf("fake engine on %s: %v", ip, err)
 						continue
 					}
@@ -404,6 +418,8 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	}
 	ips := b.pool(idx)
 	loads0 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() })
+	evictions0 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Counts().Evictions })
+	reloads0 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Counts().Reloads })
 	w0, err := proc.writes()
 	if err != nil {
 		return err
@@ -413,12 +429,12 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 		return err
 	}
 
-	logf("adapter convergence: %d adapters × %d pods", p.A, p.P)
+	logf("adapter convergence: %d adapters, %d loads over %d pods", p.A, p.loads(), p.P)
 	start := time.Now()
 	api := b.admin.dyn.Resource(adapterGVR).Namespace(modelsNS)
 	point := fmt.Sprint(idx + 1)
 	if err := parallel(ctx, "adapters created", p.A, b.o.parallel, func(ctx context.Context, i int) error {
-		_, err := api.Create(ctx, modelAdapter(idx, i, poolName(idx)), metav1.CreateOptions{})
+		_, err := api.Create(ctx, modelAdapter(idx, i, poolName(idx), p.R), metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		return err
@@ -441,7 +457,7 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	}
 	r.AdapterSeconds = time.Since(start).Seconds()
 	r.AdapterLoads = b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() }) - loads0
-	r.AdapterLoadsPerSec = float64(p.A*p.P) / r.AdapterSeconds
+	r.AdapterLoadsPerSec = float64(p.loads()) / r.AdapterSeconds
 	r.LoadsPerAdapter = float64(r.AdapterLoads) / float64(max(p.A, 1))
 	logf("  all %d adapters Running after %.2fs (%d engine load calls)", p.A, r.AdapterSeconds, r.AdapterLoads)
 	time.Sleep(2 * time.Second) // let trailing status/EndpointSlice writes land
@@ -479,14 +495,24 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	}
 	l1 := b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Lists() })
 	r.ListsPerPodPeriod = float64(l1-l0) / float64(len(ips)) / float64(b.o.periods)
+	if p.C > 0 {
+		r.Evictions = b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Counts().Evictions }) - evictions0
+		r.Reloads = b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Counts().Reloads }) - reloads0
+		for _, ip := range ips {
+			if e := b.fleet.Get(ip); e != nil {
+				r.MaxPerEngine = max(r.MaxPerEngine, len(e.Loaded()))
+			}
+		}
+		logf("  capacity %d: %d adapters evicted, %d reloads; at most %d adapters on an engine", p.C, r.Evictions, r.Reloads, r.MaxPerEngine)
+	}
 
 	// Engine floor: the same number of load calls from a minimal client at the same parallelism.
-	fs, err := b.engineFloor(ctx, ips, p.A*p.P)
+	fs, err := b.engineFloor(ctx, ips, p.loads())
 	if err != nil {
 		return fmt.Errorf("engine floor: %w", err)
 	}
 	r.EngineFloorSeconds = fs.Seconds()
-	r.EngineFloorPerSec = float64(p.A*p.P) / fs.Seconds()
+	r.EngineFloorPerSec = float64(p.loads()) / fs.Seconds()
 	r.AdapterRateOfFloor = r.AdapterLoadsPerSec / r.EngineFloorPerSec
 
 	// Delete the adapters while the controller runs (finalizers unload them).
@@ -519,8 +545,9 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	return nil
 }
 
-func modelAdapter(idx, i int, pool string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
+// modelAdapter is adapter i of point idx on the pool's pods: all of them, or replicas (> 0).
+func modelAdapter(idx, i int, pool string, replicas int) *unstructured.Unstructured {
+	a := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "model.aibrix.ai/v1alpha1",
 		"kind":       "ModelAdapter",
 		"metadata": map[string]any{
@@ -532,6 +559,10 @@ func modelAdapter(idx, i int, pool string) *unstructured.Unstructured {
 			"artifactURL": fmt.Sprintf("huggingface://bench/lora-%04d", i),
 		},
 	}}
+	if replicas > 0 {
+		_ = unstructured.SetNestedField(a.Object, int64(replicas), "spec", "replicas")
+	}
+	return a
 }
 
 func (b *bench) engineTotal(ips []string, f func(*fakeengine.Engine) int) int {
@@ -700,9 +731,9 @@ func markdown(rep *Report) string {
 	var w strings.Builder
 	m := rep.Machine
 	fmt.Fprintf(&w, "\n## loraplane benchmark (%s, %s)\n\n", rep.Started.Format(time.RFC3339), rep.Duration)
-	fmt.Fprintf(&w, "Machine: %d CPUs, %s memory, %s, kernel %s. Settings: engine latency %v, inventory period %v, "+
+	fmt.Fprintf(&w, "Machine: %d CPUs, %s memory, %s, kernel %s, load average %s at the start, %s at the end. Settings: engine latency %v, inventory period %v, "+
 		"max parallel engine calls %v, kube-api-qps %v / burst %v.\n\n",
-		m.CPUs, m.MemoryGiB, m.Go, m.Kernel, rep.Settings["engineLatency"], rep.Settings["inventoryPeriod"],
+		m.CPUs, m.MemoryGiB, m.Go, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd, rep.Settings["engineLatency"], rep.Settings["inventoryPeriod"],
 		rep.Settings["maxParallelEngineCalls"], rep.Settings["kubeAPIQPS"], rep.Settings["kubeAPIBurst"])
 	for _, k := range []string{"adapterArgs", "routerArgs"} {
 		if v, _ := rep.Settings[k].(string); v != "" {
@@ -729,7 +760,11 @@ func markdown(rep *Report) string {
 			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls) | %.2f s, %.0f loads/s | %.0f%% of floor rate | ≥80%% at 200×20 and 500×50 |\n",
 				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor)
 			fmt.Fprintf(&w, "| %s | API writes per adapter to Running | %.2f (%s; Event objects on the adapter: %.2f) | | | ≤4 |\n", pt, r.WritesPerAdapter, syncs(r.WritesByMethod), r.EventsPerAdapter)
-			fmt.Fprintf(&w, "| %s | engine load calls per adapter to Running | %.2f (P=%d) | | | P |\n", pt, r.LoadsPerAdapter, r.Point.P)
+			fmt.Fprintf(&w, "| %s | engine load calls per adapter to Running | %.2f (P=%d, R=%d) | | | P, or R |\n", pt, r.LoadsPerAdapter, r.Point.P, r.Point.R)
+			if r.Point.C > 0 {
+				fmt.Fprintf(&w, "| %s | engines of capacity %d: evictions from create to the end of the inventory periods | %d evicted, %d reloads; at most %d adapters on an engine | | | 0 evictions |\n",
+					pt, r.Point.C, r.Evictions, r.Reloads, r.MaxPerEngine)
+			}
 			fmt.Fprintf(&w, "| %s | adapter deletion (delete → all gone) | %.2f s, %.2f unload calls and %.2f API writes per adapter | | | P unloads |\n", pt, r.DeleteSeconds, r.UnloadsPerAdapter, r.DeleteWrites)
 			fmt.Fprintf(&w, "| %s | engine lists per pod per inventory period | %.2f | | | 1 (independent of A) |\n", pt, r.ListsPerPodPeriod)
 		}

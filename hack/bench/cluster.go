@@ -250,7 +250,15 @@ func (b *bench) populate(ctx context.Context, idx int, p Point) error {
 		n := min(podsPerOther, p.U-i*podsPerOther)
 		deps = append(deps, deployment(otherNS, fmt.Sprintf("bench-other-%03d", i), n, map[string]string{"role": "unrelated"}))
 	}
-	deps = append(deps, deployment(modelsNS, poolName(idx), p.P, map[string]string{modelLabel: poolName(idx), portLabel: fmt.Sprint(b.o.enginePort)}))
+	pool := deployment(modelsNS, poolName(idx), p.P, map[string]string{modelLabel: poolName(idx), portLabel: fmt.Sprint(b.o.enginePort)})
+	if p.C > 0 {
+		// A vLLM engine holding C adapters: the fake engines and the controller read these.
+		engine := &pool.Spec.Template.Spec.Containers[0]
+		engine.Command = []string{"vllm", "serve"}
+		engine.Args = []string{poolName(idx), "--enable-lora", "--max-loras", fmt.Sprint(p.C)}
+		engine.Env = []corev1.EnvVar{{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "true"}}
+	}
+	deps = append(deps, pool)
 	if err := parallel(ctx, "deployments created/updated", len(deps), b.o.parallel, func(ctx context.Context, i int) error {
 		return b.applyDeployment(ctx, deps[i])
 	}); err != nil {

@@ -31,10 +31,27 @@ type Point struct {
 	A int `json:"adapters"`      // ModelAdapters
 	P int `json:"adapterPods"`   // pods every adapter loads on (load-on-all)
 	M int `json:"models"`        // model Deployments (one HTTPRoute each)
+	// R is every adapter's spec.replicas (0: unset, every pool pod); C the adapter capacity
+	// of every pool pod's engine, given as its vLLM arguments (--enable-lora --max-loras C)
+	// (0: none, unlimited).
+	R int `json:"replicas,omitempty"`
+	C int `json:"capacity,omitempty"`
 }
 
 func (p Point) String() string {
-	return fmt.Sprintf("S=%d U=%d A×P=%d×%d M=%d", p.S, p.U, p.A, p.P, p.M)
+	s := fmt.Sprintf("S=%d U=%d A×P=%d×%d M=%d", p.S, p.U, p.A, p.P, p.M)
+	if p.R > 0 || p.C > 0 {
+		s += fmt.Sprintf(" R=%d C=%d", p.R, p.C)
+	}
+	return s
+}
+
+// loads is how many adapter loads the point asks for: A adapters on P pods each, or on R.
+func (p Point) loads() int {
+	if p.R > 0 {
+		return p.A * min(p.R, p.P)
+	}
+	return p.A * p.P
 }
 
 // presets of the sweep. Points are cumulative: a later point adds to what the earlier ones created.
@@ -43,6 +60,8 @@ var presets = map[string][]Point{
 	"small":   {{S: 500, U: 0, A: 50, P: 10, M: 100}},
 	"default": {{S: 500, U: 0, A: 50, P: 10, M: 100}, {S: 2000, U: 4000, A: 200, P: 20, M: 1000}},
 	"large":   {{S: 500, U: 0, A: 50, P: 10, M: 100}, {S: 2000, U: 4000, A: 200, P: 20, M: 1000}, {S: 10000, U: 0, A: 500, P: 50, M: 2000}},
+	// capacity: 500 single-replica adapters over 50 engines that hold 16 adapters each.
+	"capacity": {{S: 0, U: 0, A: 500, P: 50, M: 0, R: 1, C: 16}},
 }
 
 type options struct {
@@ -83,8 +102,8 @@ func run() int {
 		}
 	}
 	flag.StringVar(&o.root, "root", env("BENCH_ROOT", defRoot), "Repository root (holds bin/ and hack/cluster.sh). Env BENCH_ROOT.")
-	flag.StringVar(&o.size, "size", env("BENCH_SIZE", "default"), "Preset of the sweep: tiny, small, default, large. Env BENCH_SIZE.")
-	flag.StringVar(&o.points, "points", env("BENCH_POINTS", ""), "Explicit sweep instead of a preset: S:U:A:P:M[,S:U:A:P:M...] (cumulative). Env BENCH_POINTS.")
+	flag.StringVar(&o.size, "size", env("BENCH_SIZE", "default"), "Preset of the sweep: tiny, small, default, large, capacity. Env BENCH_SIZE.")
+	flag.StringVar(&o.points, "points", env("BENCH_POINTS", ""), "Explicit sweep instead of a preset: S:U:A:P:M[:R:C][,...] (cumulative; R: adapter replicas, C: engine capacity of the pool pods). Env BENCH_POINTS.")
 	flag.StringVar(&o.cluster, "cluster-name", env("BENCH_CLUSTER", "bench"), "kwok cluster name (created, then deleted at the end unless -keep-cluster). Env BENCH_CLUSTER.")
 	flag.BoolVar(&o.keepCluster, "keep-cluster", env("BENCH_KEEP_CLUSTER", "") != "", "Do not delete the cluster at the end. Env BENCH_KEEP_CLUSTER=1.")
 	flag.StringVar(&o.out, "out", env("BENCH_OUT", ""), "Directory of the results (default <root>/_artifacts/bench). Env BENCH_OUT.")
@@ -130,17 +149,17 @@ func parsePoints(o options) ([]Point, error) {
 	if o.points == "" {
 		ps, ok := presets[o.size]
 		if !ok {
-			return nil, fmt.Errorf("unknown BENCH_SIZE %q (tiny, small, default, large)", o.size)
+			return nil, fmt.Errorf("unknown BENCH_SIZE %q (tiny, small, default, large, capacity)", o.size)
 		}
 		return ps, nil
 	}
 	var ps []Point
 	for _, s := range strings.Split(o.points, ",") {
 		f := strings.Split(strings.TrimSpace(s), ":")
-		if len(f) != 5 {
-			return nil, fmt.Errorf("point %q: want S:U:A:P:M", s)
+		if len(f) != 5 && len(f) != 7 {
+			return nil, fmt.Errorf("point %q: want S:U:A:P:M or S:U:A:P:M:R:C", s)
 		}
-		var n [5]int
+		var n [7]int
 		for i, x := range f {
 			v, err := strconv.Atoi(x)
 			if err != nil || v < 0 {
@@ -148,7 +167,7 @@ func parsePoints(o options) ([]Point, error) {
 			}
 			n[i] = v
 		}
-		ps = append(ps, Point{S: n[0], U: n[1], A: n[2], P: n[3], M: n[4]})
+		ps = append(ps, Point{S: n[0], U: n[1], A: n[2], P: n[3], M: n[4], R: n[5], C: n[6]})
 	}
 	return ps, nil
 }
@@ -159,10 +178,23 @@ type Machine struct {
 	MemoryGiB string `json:"memory"`
 	Go        string `json:"go"`
 	Kernel    string `json:"kernel"`
+	// LoadAvg is /proc/loadavg's 1, 5 and 15-minute load averages at the start and at the
+	// end of the run: numbers measured on a busy machine are not comparable.
+	LoadAvgStart string `json:"loadAverageAtStart"`
+	LoadAvgEnd   string `json:"loadAverageAtEnd"`
+}
+
+// loadAvg is the 1, 5 and 15-minute load averages of /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadAvgStart: loadAvg()}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, "MemTotal:") {

@@ -30,6 +30,19 @@
 // Engine.KeysSeen let tests assert what a controller did; Engine.ForeignUnloads counts
 // unload requests naming a preloaded adapter, one the API client did not load.
 //
+// Options.Capacity bounds the adapters an engine holds as the real engines' arguments do
+// (CapacityFromArgs reads them): a vLLM engine keeps --max-cpu-loras adapters (default
+// --max-loras, default 1) in an LRU cache and silently evicts the least recently used beyond
+// it, still listing it in /v1/models and loading it again when a request names it; an SGLang
+// engine refuses loads beyond --max-loaded-loras. Counts.Evictions, Reloads and
+// CapacityRefusals count what happened, Engine.Resident tells what the engine holds, and GET
+// /metrics (no API key needed, as on vLLM) exports the engine's own LoRA metrics:
+// vllm:lora_requests_info{max_lora,running_lora_adapters,waiting_lora_adapters} (once a
+// request has been served) and vLLM's residency gauges (vllm:max_gpu_lora_adapters,
+// vllm:num_gpu_loaded_lora_adapters, vllm:num_cpu_loaded_lora_adapters,
+// vllm:lora_adapter_loaded), or SGLang's sglang:lora_pool_slots_total/_used/_utilization.
+// Without a capacity an engine is unlimited and exports no LoRA metrics, as before.
+//
 // A Fleet holds many engines keyed by pod IP, for tests that run many fake pods.
 //
 // Everything is safe for concurrent use. Close shuts the listeners down, ends hanging

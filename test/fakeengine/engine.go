@@ -64,6 +64,9 @@ type Options struct {
 	// Name is who answers completions (the pod's name in pod mode; the engine's address if
 	// empty): a test sending requests through a gateway learns which engine served each.
 	Name string
+	// Capacity bounds the adapters the engine holds, as the real engine's arguments do (see
+	// Capacity and CapacityFromArgs); the zero value is unlimited.
+	Capacity Capacity
 }
 
 // Counts is a snapshot of request counters.
@@ -77,6 +80,15 @@ type Counts struct {
 	// adapter the engine held from Options.Preload, not loaded through the API, whatever
 	// their outcome (a faulted one included): a client unloading what it did not load.
 	ForeignUnloads int
+	// Evictions counts the adapters a vLLM engine evicted from its cache because a load (or
+	// a request for an evicted adapter) went beyond Options.Capacity: the engine was asked to
+	// hold more than it can. They stay listed.
+	Evictions int
+	// Reloads counts requests to a vLLM engine for an adapter it had evicted: it loaded the
+	// adapter again from its path (a latency cliff on a real engine).
+	Reloads int
+	// CapacityRefusals counts the loads an SGLang engine refused at its --max-loaded-loras.
+	CapacityRefusals int
 }
 
 func (c *Counts) add(o Counts) {
@@ -90,6 +102,9 @@ func (c *Counts) add(o Counts) {
 	c.Unloads += o.Unloads
 	c.Lists += o.Lists
 	c.ForeignUnloads += o.ForeignUnloads
+	c.Evictions += o.Evictions
+	c.Reloads += o.Reloads
+	c.CapacityRefusals += o.CapacityRefusals
 }
 
 type adapter struct {
@@ -113,6 +128,9 @@ type Engine struct {
 	counts   Counts
 	faults   []Fault
 	keysSeen map[string]bool // bearer tokens presented, "" for none
+	res      *residency      // nil without Options.Capacity
+	evicted  []string        // the last maxEvicted adapters evicted, oldest first
+	loraInfo map[loraInfoKey]float64
 
 	inFlight  atomic.Int64 // requests being handled (tests check hangs end)
 	ctx       context.Context
@@ -167,6 +185,10 @@ func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 	if opts.BaseModel == "" {
 		opts.BaseModel = DefaultBaseModel
 	}
+	if err := opts.Capacity.validate(opts.Kind); err != nil {
+		return nil, err
+	}
+	opts.Capacity = opts.Capacity.withDefaults(opts.Kind)
 	if opts.RuntimePort == 0 {
 		opts.RuntimePort = DefaultRuntimePort
 	}
@@ -197,6 +219,8 @@ func listenAndServe(ip string, port int, opts Options) (*Engine, error) {
 		adapters: map[string]adapter{},
 		counts:   Counts{Requests: map[string]int{}},
 		keysSeen: map[string]bool{},
+		res:      newResidency(opts.Kind, opts.Capacity),
+		loraInfo: map[loraInfoKey]float64{},
 	}
 	e.mu.Lock()
 	e.preload()
@@ -276,6 +300,10 @@ func (e *Engine) Restart() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	clear(e.adapters)
+	if e.res != nil {
+		e.res.cpu.clear()
+		e.res.gpu.clear()
+	}
 	e.preload()
 }
 
@@ -284,6 +312,7 @@ func (e *Engine) preload() {
 	for _, name := range slices.Sorted(maps.Keys(e.opts.Preload)) {
 		e.seq++
 		e.adapters[name] = adapter{path: e.opts.Preload[name], seq: e.seq, preloaded: true}
+		e.use(name)
 	}
 }
 

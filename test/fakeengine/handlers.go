@@ -55,6 +55,7 @@ func (e *Engine) engineRoutes() map[string]route {
 		routes["/v1/unload_lora_adapter"] = route{http.MethodPost, OpUnload, style, e.vllmUnload}
 	}
 	routes["/v1/models"] = route{http.MethodGet, OpList, style, e.list}
+	routes["/metrics"] = route{http.MethodGet, opMetrics, style, e.metrics}
 	// Both engines serve the OpenAI-compatible inference API.
 	routes["/v1/completions"] = route{http.MethodPost, OpInfer, styleVLLM, e.completion}
 	routes["/v1/chat/completions"] = route{http.MethodPost, OpInfer, styleVLLM, e.chatCompletion}
@@ -91,7 +92,8 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 		write(w, reply{http.StatusOK, ctypeText, nil}, 0)
 		return
 	}
-	if e.opts.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+e.opts.APIKey {
+	// Like vLLM's, the key guards the API, not /metrics.
+	if e.opts.APIKey != "" && r.URL.Path != "/metrics" && r.Header.Get("Authorization") != "Bearer "+e.opts.APIKey {
 		write(w, vllmError(http.StatusUnauthorized, "Unauthorized", "AuthenticationError"), 0)
 		return
 	}
@@ -127,7 +129,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, routes map[strin
 	}
 
 	var f Fault // faults are for the LoRA management API (OpAll: its three operations)
-	if rt.op != OpInfer {
+	if rt.op != OpInfer && rt.op != opMetrics {
 		f = e.takeFault(rt.op)
 	}
 	if !sleep(ctx, f.Hang) {
@@ -265,23 +267,43 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// load adds an adapter unless it is loaded (or, with replace, replaces its path); it
-// reports whether it added or replaced it.
-func (e *Engine) load(name, path string, replace, lie bool) bool {
+// loadResult is the outcome of a load.
+type loadResult int
+
+const (
+	loadDone       loadResult = iota // added, or replaced in place
+	loadExists                       // already loaded (and not replaced)
+	loadAtCapacity                   // refused: an SGLang engine at its --max-loaded-loras
+)
+
+// load adds an adapter unless it is loaded (or, with replace, replaces its path), or an
+// SGLang engine is full. A vLLM engine with a capacity evicts the least recently used
+// adapter beyond it (it stays listed).
+func (e *Engine) load(name, path string, replace, lie bool) loadResult {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if a, ok := e.adapters[name]; ok {
-		if replace && !lie {
+		if !replace {
+			return loadExists
+		}
+		if !lie {
 			a.path = path
 			e.adapters[name] = a
+			e.use(name)
 		}
-		return replace
+		return loadDone
 	}
-	if !lie {
-		e.seq++
-		e.adapters[name] = adapter{path: path, seq: e.seq}
+	if lie {
+		return loadDone
 	}
-	return true
+	if e.full() {
+		e.counts.CapacityRefusals++
+		return loadAtCapacity
+	}
+	e.seq++
+	e.adapters[name] = adapter{path: path, seq: e.seq}
+	e.use(name)
+	return loadDone
 }
 
 // countForeignUnload counts an unload request naming an adapter held from Options.Preload,
@@ -313,6 +335,7 @@ func (e *Engine) unload(name string, lie bool) bool {
 	}
 	if !lie {
 		delete(e.adapters, name)
+		e.forget(name)
 	}
 	return true
 }
@@ -332,7 +355,7 @@ func (e *Engine) vllmLoad(body []byte, lie bool) reply {
 		return badRequest(styleVLLM, "Both 'lora_name' and 'lora_path' must be provided.")
 	}
 	inPlace := req.LoadInplace && !e.opts.NoLoadInplace
-	if !e.load(req.LoraName, req.LoraPath, inPlace, lie) {
+	if e.load(req.LoraName, req.LoraPath, inPlace, lie) == loadExists {
 		return badRequest(styleVLLM, fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName))
 	}
 	return okText(fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoraName))
@@ -366,8 +389,12 @@ func (e *Engine) sglangLoad(body []byte, lie bool) reply {
 	if req.LoraName == "" || req.LoraPath == "" {
 		return badRequest(styleSGLang, "lora_name and lora_path are required")
 	}
-	if !e.load(req.LoraName, req.LoraPath, false, lie) {
+	switch e.load(req.LoraName, req.LoraPath, false, lie) {
+	case loadExists:
 		return badRequest(styleSGLang, fmt.Sprintf("The LoRA adapter %s is already loaded", req.LoraName))
+	case loadAtCapacity:
+		return badRequest(styleSGLang, fmt.Sprintf("Cannot load LoRA adapter %s at path %s. Maximum number of loaded LoRA adapters is %d. "+
+			"Please unload some LoRA adapters before loading new ones.", req.LoraName, req.LoraPath, e.opts.Capacity.MaxLoadedLoras))
 	}
 	return sglangReply(http.StatusOK, "")
 }
@@ -407,7 +434,7 @@ func (e *Engine) runtimeLoad(body []byte, lie bool) reply {
 	if req.LoraName == "" || req.ArtifactURL == "" {
 		return badRequest(styleVLLM, "Both 'lora_name' and 'artifact_url' must be provided.")
 	}
-	if !e.load(req.LoraName, req.ArtifactURL, false, lie) {
+	if e.load(req.LoraName, req.ArtifactURL, false, lie) == loadExists {
 		return badRequest(styleVLLM, fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName))
 	}
 	return okText(fmt.Sprintf("Success: LoRA adapter '%s' loaded successfully.", req.LoraName))
@@ -508,6 +535,10 @@ func (e *Engine) infer(body []byte, object string) reply {
 	}
 	e.mu.Lock()
 	_, loaded := e.adapters[req.Model]
+	if loaded {
+		e.served(req.Model)
+	}
+	e.recordLoRAInfo(req.Model, loaded)
 	e.mu.Unlock()
 	if req.Model != e.opts.BaseModel && !loaded {
 		return vllmError(http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.Model), "NotFoundError")

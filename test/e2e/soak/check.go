@@ -40,6 +40,10 @@ type engineView struct {
 	KeysSeen  []string          `json:"keysSeen"`  // every API key presented to it, "" for none
 	Counts    engineCounts      `json:"counts"`
 	Retired   bool              `json:"retired"` // stopped: its pod is gone or was recreated
+	// Capacity is how many adapters it holds at once, from its container's arguments (0:
+	// unlimited); Evicted the adapters it evicted because it was asked to hold more.
+	Capacity int      `json:"capacity"`
+	Evicted  []string `json:"evicted"`
 }
 
 // engineCounts are the counters of an engine the checker reads.
@@ -47,7 +51,14 @@ type engineCounts struct {
 	// ForeignUnloads are the unload requests it received for an adapter it held from the
 	// start: the controller unloading what it did not load.
 	ForeignUnloads int `json:"foreignUnloads"`
+	// Evictions are the adapters it evicted beyond its capacity; CapacityRefusals the loads
+	// it refused at its capacity (SGLang): the controller asked it to hold more than it can.
+	Evictions        int `json:"evictions"`
+	CapacityRefusals int `json:"capacityRefusals"`
 }
+
+// full reports whether the engine has no room for one more adapter.
+func (e engineView) full() bool { return e.Capacity > 0 && len(e.Loaded) >= e.Capacity }
 
 // static reports whether the engine holds name as a static adapter: from the start, from
 // the path the driver gave it.
@@ -115,13 +126,21 @@ func problems(w *worldView, s *snapshot) []string {
 			want = min(want, a.replicas)
 		}
 		st := obj.Status
-		if st.Phase != v1alpha1.ModelAdapterRunning || int(st.ReadyReplicas) != want || len(st.Instances) != want {
-			add("adapter %s: phase %s, %d ready, %d instances; want Running on %d", key, st.Phase, st.ReadyReplicas, len(st.Instances), want)
-		}
-		for _, c := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionUpToDate} {
-			cond := meta.FindStatusCondition(st.Conditions, c)
-			if cond == nil || cond.Status != metav1.ConditionTrue || cond.ObservedGeneration != obj.Generation {
-				add("adapter %s: condition %s %s", key, c, condString(cond, obj.Generation))
+		if waiting := s.waitingForCapacity(a, st.Instances, want); waiting != "" {
+			// Placed on fewer pods than wanted, every other pod full: the adapter waits
+			// for room, and its status is current.
+			if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); cond == nil || cond.ObservedGeneration != obj.Generation {
+				add("adapter %s: %s, but condition %s %s", key, waiting, v1alpha1.ConditionReady, condString(cond, obj.Generation))
+			}
+		} else {
+			if st.Phase != v1alpha1.ModelAdapterRunning || int(st.ReadyReplicas) != want || len(st.Instances) != want {
+				add("adapter %s: phase %s, %d ready, %d instances; want Running on %d", key, st.Phase, st.ReadyReplicas, len(st.Instances), want)
+			}
+			for _, c := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionUpToDate} {
+				cond := meta.FindStatusCondition(st.Conditions, c)
+				if cond == nil || cond.Status != metav1.ConditionTrue || cond.ObservedGeneration != obj.Generation {
+					add("adapter %s: condition %s %s", key, c, condString(cond, obj.Generation))
+				}
 			}
 		}
 		if obj.Spec.ArtifactURL != a.artifact {
@@ -246,6 +265,27 @@ func problems(w *worldView, s *snapshot) []string {
 	return out
 }
 
+// waitingForCapacity explains why an adapter is rightly placed on fewer pods than wanted —
+// its model's engines have a capacity and every Ready pod of the model that does not hold
+// it is full — or returns "" when it should be on want pods.
+func (s *snapshot) waitingForCapacity(a adapter, instances []string, want int) string {
+	if len(instances) >= want {
+		return ""
+	}
+	var full []string
+	for _, pod := range s.readyPods(a.ns, a.model) {
+		if slices.Contains(instances, pod) {
+			continue
+		}
+		e, ok := s.engines[a.ns+"/"+pod]
+		if !ok || !e.full() {
+			return ""
+		}
+		full = append(full, fmt.Sprintf("%s (%d of %d)", pod, len(e.Loaded), e.Capacity))
+	}
+	return fmt.Sprintf("on %d of %d pods, the others full: %s", len(instances), want, strings.Join(full, ", "))
+}
+
 func condString(c *metav1.Condition, generation int64) string {
 	if c == nil {
 		return "missing"
@@ -287,6 +327,7 @@ type breach struct {
 const (
 	invariantForeignKey    = "no foreign API key"
 	invariantForeignUnload = "no foreign unload"
+	invariantCapacity      = "no engine over capacity"
 )
 
 // engineBreaches checks every engine the fake engine has run, stopped ones included, against
@@ -295,7 +336,9 @@ const (
 //   - an engine is never sent an API key other than one its namespace has had (keys: every
 //     key of each namespace over the run), be it another namespace's or no namespace's;
 //   - an engine never receives an unload of an adapter it held from the start (a static one,
-//     --lora-modules): the controller unloads only what it loaded.
+//     --lora-modules): the controller unloads only what it loaded;
+//   - an engine is never asked to hold more adapters than its capacity: it never evicts one
+//     (vLLM, silently, still listing it) nor refuses a load at its limit (SGLang).
 func engineBreaches(keys map[string][]string, engines []engineView) []breach {
 	owner := map[string]string{} // key -> namespace
 	for ns, ks := range keys {
@@ -323,6 +366,11 @@ func engineBreaches(keys map[string][]string, engines []engineView) []breach {
 		if n := e.Counts.ForeignUnloads; n > 0 {
 			out = append(out, breach{id: "unload " + e.UID, invariant: invariantForeignUnload,
 				detail: fmt.Sprintf("engine %s received %d unload(s) of an adapter it held from the start (static now: %v)", id, n, slices.Sorted(maps.Keys(e.Preloaded)))})
+		}
+		if n, r := e.Counts.Evictions, e.Counts.CapacityRefusals; n > 0 || r > 0 {
+			out = append(out, breach{id: "capacity " + e.UID, invariant: invariantCapacity,
+				detail: fmt.Sprintf("engine %s (capacity %d) was asked to hold more adapters than it can: %d evicted %v, %d loads refused; it lists %v",
+					id, e.Capacity, n, e.Evicted, r, e.Loaded)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })

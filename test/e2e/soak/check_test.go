@@ -132,6 +132,20 @@ func TestProblems(t *testing.T) {
 			e.Loaded, e.Adapters, e.Preloaded = []string{"all"}, map[string]string{"all": "soak/all-v1"}, nil
 			s.engines["ns/m-0"] = e
 		}, `engine ns/m-0 does not hold its static adapter other-a1 from /models/static/other-a1 (holds it from "")`},
+		{"an adapter waiting for room while every other pod is full", func(_ *worldView, s *snapshot) {
+			capped(s, 2)
+			waitOn(s, "all", "m-0", "m-1")
+			fill(s, "m-2", "x", "y")
+		}, "engine ns/m-2 holds [x y]"}, // only the strays are wrong: the wait is right
+		{"an adapter waiting while a pod has room", func(_ *worldView, s *snapshot) {
+			capped(s, 2)
+			waitOn(s, "all", "m-0", "m-1")
+		}, "adapter ns/all: phase Running, 2 ready, 2 instances; want Running on 3"},
+		{"a waiting adapter's status not current", func(_ *worldView, s *snapshot) {
+			capped(s, 1)
+			waitOn(s, "all", "m-0", "m-2")
+			s.adapters["ns/all"].Generation = 3
+		}, "adapter ns/all: on 2 of 3 pods, the others full: m-1 (1 of 1), but condition Ready"},
 		{"an adapter loaded where a static one was expected is not static", func(_ *worldView, s *snapshot) {
 			e := s.engines["ns/m-0"]
 			e.Loaded = append(e.Loaded, "x")
@@ -176,6 +190,39 @@ func withStatic(w *worldView, s *snapshot, name, path string) {
 	}
 }
 
+// capped gives every engine of the converged world a capacity.
+func capped(s *snapshot, capacity int) {
+	for k, e := range s.engines {
+		e.Capacity = capacity
+		s.engines[k] = e
+	}
+}
+
+// waitOn leaves adapter name on the pods given only: it waits for room on the others.
+func waitOn(s *snapshot, name string, pods ...string) {
+	a := s.adapters["ns/"+name]
+	a.Status.Instances, a.Status.ReadyReplicas = pods, int32(len(pods))
+	a.Status.InstanceArtifacts = slices.DeleteFunc(a.Status.InstanceArtifacts, func(ia v1alpha1.InstanceArtifact) bool { return !slices.Contains(pods, ia.Pod) })
+	for i := range s.slices {
+		if s.slices[i].Labels[discoveryv1.LabelServiceName] == name {
+			s.slices[i].Endpoints = slices.DeleteFunc(s.slices[i].Endpoints, func(ep discoveryv1.Endpoint) bool { return !slices.Contains(pods, ep.TargetRef.Name) })
+		}
+	}
+	for k, e := range s.engines {
+		if !slices.Contains(pods, e.Pod) {
+			e.Loaded = slices.DeleteFunc(slices.Clone(e.Loaded), func(n string) bool { return n == name })
+			s.engines[k] = e
+		}
+	}
+}
+
+// fill makes a pod's engine hold other adapters.
+func fill(s *snapshot, pod string, names ...string) {
+	e := s.engines["ns/"+pod]
+	e.Loaded = append(e.Loaded, names...)
+	s.engines["ns/"+pod] = e
+}
+
 func TestEngineBreaches(t *testing.T) {
 	keys := map[string][]string{"ns-a": {"key-a1", "key-a2"}, "ns-b": {"key-b1"}}
 	engine := func(ns, pod string, change func(e *engineView)) engineView {
@@ -213,6 +260,18 @@ func TestEngineBreaches(t *testing.T) {
 			engine("ns-a", "p2", nil),
 		}, []breach{{id: "unload p1-uid", invariant: invariantForeignUnload,
 			detail: "engine ns-a/p1 (pod uid p1-uid) received 2 unload(s) of an adapter it held from the start (static now: [])"}}},
+		{"an engine over capacity", []engineView{
+			engine("ns-a", "p1", func(e *engineView) {
+				e.Capacity, e.Loaded, e.Evicted, e.Counts.Evictions = 1, []string{"a", "b"}, []string{"a"}, 1
+			}),
+			engine("ns-a", "p2", func(e *engineView) { e.Capacity, e.Loaded = 1, []string{"a"} }),
+			engine("ns-a", "p3", func(e *engineView) { e.Capacity, e.Counts.CapacityRefusals, e.Retired = 2, 1, true }),
+		}, []breach{
+			{id: "capacity p1-uid", invariant: invariantCapacity,
+				detail: "engine ns-a/p1 (pod uid p1-uid) (capacity 1) was asked to hold more adapters than it can: 1 evicted [a], 0 loads refused; it lists [a b]"},
+			{id: "capacity p3-uid", invariant: invariantCapacity,
+				detail: "engine ns-a/p3 (pod uid p3-uid) (stopped) (capacity 2) was asked to hold more adapters than it can: 0 evicted [], 1 loads refused; it lists []"},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

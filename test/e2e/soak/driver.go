@@ -140,6 +140,12 @@ func (d *driver) createModel(ctx context.Context, ns string) (bool, error) {
 		return false, nil
 	}
 	m := &model{ns: ns, name: d.name(ns + "-m"), replicas: 1 + d.rng.IntN(4), keyed: d.rng.IntN(3) == 0}
+	// One model in two has engines of a small capacity (1 to 3 adapters, below what its
+	// adapters and static adapter can ask of a pod): placement must never exceed it.
+	if d.rng.IntN(2) == 0 {
+		m.capacity, m.cpuLoras = 1+d.rng.IntN(3), d.rng.IntN(2) == 0
+		d.report.Operations["models with capacity-limited engines"]++
+	}
 	// One model in two holds a static adapter named like an existing ModelAdapter (of
 	// another model: this one has none yet), in any namespace.
 	if names := d.world.allAdapterNames(); len(names) > 0 && d.rng.IntN(2) == 0 {
@@ -182,11 +188,23 @@ func deployment(m *model, key string) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: ann},
 				Spec: corev1.PodSpec{
 					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-					Containers:  []corev1.Container{{Name: "engine", Image: "ghcr.io/loraplane/fake-engine:soak", Ports: []corev1.ContainerPort{{ContainerPort: 8000}}}},
+					Containers:  []corev1.Container{engineContainer(m)},
 				},
 			},
 		},
 	}
+}
+
+// engineContainer is a model's engine: without a capacity an unknown image, as the soak has
+// always run (the controllers know nothing of its engine); with one, a vLLM command line
+// with runtime LoRA updating on and its LoRA flags (capacityArgs).
+func engineContainer(m *model) corev1.Container {
+	c := corev1.Container{Name: "engine", Image: "ghcr.io/loraplane/fake-engine:soak", Ports: []corev1.ContainerPort{{ContainerPort: 8000}}}
+	if m.capacity > 0 {
+		c.Name, c.Command, c.Args = "vllm", []string{"vllm", "serve"}, m.capacityArgs()
+		c.Env = []corev1.EnvVar{{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "true"}}
+	}
+	return c
 }
 
 func (d *driver) scaleModel(ctx context.Context, ns string) (bool, error) {

@@ -67,6 +67,11 @@ type engineSummary struct {
 	// StaticUnloads are unloads of a static adapter's name sent to engines that held it
 	// from the start: each is a violation.
 	StaticUnloads int `json:"foreignUnloads"`
+	// Capped engines had a capacity; Evictions (and CapacityRefusals) are how often one was
+	// asked to hold more than it can: each is a violation.
+	Capped           int `json:"hadACapacity"`
+	Evictions        int `json:"evictions"`
+	CapacityRefusals int `json:"capacityRefusals"`
 }
 
 func summarizeEngines(es []engineView) engineSummary {
@@ -83,13 +88,19 @@ func summarizeEngines(es []engineView) engineSummary {
 			s.Static++
 		}
 		s.StaticUnloads += e.Counts.ForeignUnloads
+		if e.Capacity > 0 {
+			s.Capped++
+		}
+		s.Evictions += e.Counts.Evictions
+		s.CapacityRefusals += e.Counts.CapacityRefusals
 	}
 	return s
 }
 
 func (s engineSummary) String() string {
-	return fmt.Sprintf("%d engines ran (%d stopped since): %d were sent an API key, %d held a static adapter; %d unloads of a static adapter",
-		s.Engines, s.Stopped, s.Keyed, s.Static, s.StaticUnloads)
+	return fmt.Sprintf("%d engines ran (%d stopped since): %d were sent an API key, %d held a static adapter, %d had a capacity; "+
+		"%d unloads of a static adapter, %d adapters evicted and %d loads refused beyond a capacity",
+		s.Engines, s.Stopped, s.Keyed, s.Static, s.Capped, s.StaticUnloads, s.Evictions, s.CapacityRefusals)
 }
 
 func newReport(o options) *report {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -17,6 +18,25 @@ type model struct {
 	// of another model, of this namespace or another, so that a controller going by name
 	// alone would take it for that adapter's.
 	static string
+	// capacity is how many adapters each of its engines holds (its container's vLLM
+	// arguments; see capacityArgs), 0 for no limit.
+	capacity int
+	// cpuLoras gives the capacity as --max-cpu-loras over one GPU slot rather than as
+	// --max-loras.
+	cpuLoras bool
+}
+
+// capacityArgs are the arguments of a capacity-limited model's engine container, as vLLM
+// takes them: the fake engine (and the adapter-controller) read its LoRA flags.
+func (m *model) capacityArgs() []string {
+	args := []string{m.name, "--port", "8000"}
+	switch {
+	case m.cpuLoras:
+		args = append(args, "--enable-lora", "--max-loras", "1", "--max-cpu-loras", fmt.Sprint(m.capacity))
+	default:
+		args = append(args, "--enable-lora", "--max-loras", fmt.Sprint(m.capacity))
+	}
+	return args
 }
 
 // staticPath is where an engine holds a static adapter from: no artifact the driver sets.

@@ -38,6 +38,13 @@ type engineView struct {
 	KeysSeen  []string          `json:"keysSeen"`
 	Counts    countsView        `json:"counts"`
 	Retired   bool              `json:"retired,omitempty"`
+	// Capacity is how many adapters the engine holds at once, from its container's
+	// arguments (0: unlimited); resident the adapters it holds, least recently used first
+	// (a vLLM engine lists more than it holds once it evicted some); evicted the names it
+	// evicted, oldest first (the last 100).
+	Capacity int      `json:"capacity"`
+	Resident []string `json:"resident"`
+	Evicted  []string `json:"evicted"`
 }
 
 // countsView are an engine's counters: requests is the total of requestsByPath, keyed by
@@ -50,6 +57,12 @@ type countsView struct {
 	Lists          int            `json:"lists"`
 	ForeignUnloads int            `json:"foreignUnloads"`
 	RequestsByPath map[string]int `json:"requestsByPath"`
+	// Evictions are the adapters a vLLM engine evicted beyond its capacity, reloads the
+	// requests that loaded an evicted adapter again, capacityRefusals the loads an SGLang
+	// engine refused at its capacity.
+	Evictions        int `json:"evictions"`
+	Reloads          int `json:"reloads"`
+	CapacityRefusals int `json:"capacityRefusals"`
 }
 
 func viewOf(r *running) engineView {
@@ -71,13 +84,19 @@ func viewOf(r *running) engineView {
 		Adapters:  r.engine.Adapters(),
 		Preloaded: r.engine.Preloaded(),
 		KeysSeen:  r.engine.KeysSeen(),
+		Capacity:  r.engine.Limit(),
+		Resident:  r.engine.Resident(),
+		Evicted:   r.engine.Evicted(),
 		Counts: countsView{
-			Requests:       total,
-			Loads:          c.Loads,
-			Unloads:        c.Unloads,
-			Lists:          c.Lists,
-			ForeignUnloads: c.ForeignUnloads,
-			RequestsByPath: c.Requests,
+			Requests:         total,
+			Loads:            c.Loads,
+			Unloads:          c.Unloads,
+			Lists:            c.Lists,
+			ForeignUnloads:   c.ForeignUnloads,
+			RequestsByPath:   c.Requests,
+			Evictions:        c.Evictions,
+			Reloads:          c.Reloads,
+			CapacityRefusals: c.CapacityRefusals,
 		},
 	}
 }
@@ -253,6 +272,18 @@ var (
 	loadedDesc = prometheus.NewDesc("fake_engine_loaded_adapters",
 		"Adapters loaded in a pod's fake engine.",
 		[]string{"namespace", "pod"}, nil)
+	capacityDesc = prometheus.NewDesc("fake_engine_lora_capacity",
+		"Adapters a pod's fake engine holds at once, from its container's arguments (vLLM --max-cpu-loras, SGLang --max-loaded-loras); absent when unlimited.",
+		[]string{"namespace", "pod"}, nil)
+	residentDesc = prometheus.NewDesc("fake_engine_lora_resident_adapters",
+		"Adapters a pod's fake engine holds (a vLLM engine lists the ones it evicted too).",
+		[]string{"namespace", "pod"}, nil)
+	evictionsDesc = prometheus.NewDesc("fake_engine_lora_evictions_total",
+		"Adapters a pod's fake vLLM engine evicted because it was asked to hold more than its capacity.",
+		[]string{"namespace", "pod"}, nil)
+	refusalsDesc = prometheus.NewDesc("fake_engine_lora_capacity_refusals_total",
+		"Loads a pod's fake SGLang engine refused at its capacity (--max-loaded-loras).",
+		[]string{"namespace", "pod"}, nil)
 )
 
 // knownPaths are the paths a fake engine serves; others are counted as "other", so that
@@ -266,6 +297,7 @@ var knownPaths = map[string]bool{
 	"/unload_lora_adapter":    true,
 	"/v1/lora_adapter/load":   true,
 	"/v1/lora_adapter/unload": true,
+	"/metrics":                true,
 }
 
 // engineCollector reads the counters of the running engines at scrape time. An engine's
@@ -273,15 +305,17 @@ var knownPaths = map[string]bool{
 type engineCollector struct{ m *manager }
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- requestsDesc
-	ch <- loadedDesc
+	for _, d := range []*prometheus.Desc{requestsDesc, loadedDesc, capacityDesc, residentDesc, evictionsDesc, refusalsDesc} {
+		ch <- d
+	}
 }
 
 func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range c.m.list() {
 		ns, pod := r.spec.Namespace, r.spec.Pod
 		byPath := map[string]int{}
-		for k, n := range r.engine.Counts().Requests {
+		counts := r.engine.Counts()
+		for k, n := range counts.Requests {
 			_, path, _ := strings.Cut(k, " ")
 			if !knownPaths[path] {
 				path = "other"
@@ -292,5 +326,11 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, float64(n), ns, pod, path)
 		}
 		ch <- prometheus.MustNewConstMetric(loadedDesc, prometheus.GaugeValue, float64(len(r.engine.Loaded())), ns, pod)
+		if limit := r.engine.Limit(); limit > 0 {
+			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(limit), ns, pod)
+		}
+		ch <- prometheus.MustNewConstMetric(residentDesc, prometheus.GaugeValue, float64(len(r.engine.Resident())), ns, pod)
+		ch <- prometheus.MustNewConstMetric(evictionsDesc, prometheus.CounterValue, float64(counts.Evictions), ns, pod)
+		ch <- prometheus.MustNewConstMetric(refusalsDesc, prometheus.CounterValue, float64(counts.CapacityRefusals), ns, pod)
 	}
 }

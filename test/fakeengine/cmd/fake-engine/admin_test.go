@@ -117,7 +117,7 @@ func TestAdminEnginesKeysAndForeignUnloads(t *testing.T) {
 	}
 	want := engineView{Pod: "keyed", Namespace: "ns", UID: "keyed-uid", IP: "127.0.19.90", Port: 8000, Kind: fakeengine.VLLM,
 		BaseModel: "llama", Loaded: []string{"ours"}, Adapters: map[string]string{"ours": "/p"}, Preloaded: map[string]string{},
-		KeysSeen: []string{"key-ns", "key-other"},
+		KeysSeen: []string{"key-ns", "key-other"}, Resident: []string{"ours"}, Evicted: []string{},
 		Counts: countsView{Requests: 3, Loads: 1, Unloads: 1, ForeignUnloads: 1,
 			RequestsByPath: map[string]int{"POST /v1/load_lora_adapter": 1, "POST /v1/unload_lora_adapter": 2}}}
 	if diff := cmp.Diff([]engineView{want}, views("")); diff != "" {

@@ -49,6 +49,8 @@ type engineSpec struct {
 	Runtime   bool
 	APIKey    string // from annotationAPIKey; empty means the manager's default
 	Preload   string // annotationPreload, checked by parsePreload
+	// Capacity is read from the engine container's arguments (engineCapacity).
+	Capacity fakeengine.Capacity
 }
 
 func (s engineSpec) key() string { return s.Namespace + "/" + s.Pod }
@@ -102,10 +104,39 @@ func specFor(p *corev1.Pod) (spec engineSpec, ok bool, err error) {
 	if p.Labels[labelEngine] == string(fakeengine.SGLang) {
 		spec.Kind = fakeengine.SGLang
 	}
+	if spec.Capacity, err = engineCapacity(p, spec.Kind); err != nil {
+		return engineSpec{}, false, err
+	}
 	if spec.Runtime && spec.Port == fakeengine.DefaultRuntimePort {
 		return engineSpec{}, false, fmt.Errorf("engine port %d is the %s sidecar's port", spec.Port, runtimeContainer)
 	}
 	return spec, true, nil
+}
+
+// engineCapacity reads the engine's capacity from the pod spec, as the engine reads its
+// command line: the first container (the runtime sidecar aside) whose command and arguments
+// carry a LoRA argument of the engine (--enable-lora, --max-loras, --max-cpu-loras; SGLang's
+// --max-loras-per-batch, --max-loaded-loras, --lora-paths) is the engine. Each command and
+// argument is split at white space, so "sh -c 'vllm serve … --max-loras 4'" counts. No such
+// container: unlimited.
+func engineCapacity(p *corev1.Pod, kind fakeengine.Kind) (fakeengine.Capacity, error) {
+	for _, c := range p.Spec.Containers {
+		if c.Name == runtimeContainer {
+			continue
+		}
+		var args []string
+		for _, a := range append(slices.Clone(c.Command), c.Args...) {
+			args = append(args, strings.Fields(a)...)
+		}
+		capacity, err := fakeengine.CapacityFromArgs(kind, args)
+		if err != nil {
+			return fakeengine.Capacity{}, fmt.Errorf("container %s: %w", c.Name, err)
+		}
+		if capacity.LoRA {
+			return capacity, nil
+		}
+	}
+	return fakeengine.Capacity{}, nil
 }
 
 // hasRuntime reports whether the pod runs the runtime sidecar, as a container or as a native
@@ -272,6 +303,7 @@ func (m *manager) sync(pods []*corev1.Pod) error {
 			opts.APIKey = spec.APIKey
 		}
 		opts.Preload, _ = parsePreload(spec.Preload) // checked by specFor
+		opts.Capacity = spec.Capacity
 		e, err := fakeengine.Start(spec.IP, spec.Port, opts)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod %s: %w", key, err))
@@ -281,7 +313,7 @@ func (m *manager) sync(pods []*corev1.Pod) error {
 		m.engines[key] = &running{spec: spec, engine: e}
 		m.mu.Unlock()
 		m.logger.Info("Started engine", "pod", klog.KRef(spec.Namespace, spec.Pod), "uid", spec.UID,
-			"addr", e.Addr(), "kind", spec.Kind, "baseModel", spec.BaseModel, "runtime", e.RuntimeAddr())
+			"addr", e.Addr(), "kind", spec.Kind, "baseModel", spec.BaseModel, "runtime", e.RuntimeAddr(), "capacity", e.Limit())
 	}
 	return errors.Join(errs...)
 }

@@ -12,6 +12,9 @@
 //	base model label model.aibrix.ai/name
 //	sidecar    the runtime sidecar API on podIP:8080 if the pod has a container named
 //	           aibrix-runtime
+//	capacity   the engine container's LoRA arguments (vLLM --enable-lora, --max-loras,
+//	           --max-cpu-loras; SGLang --max-loras-per-batch, --max-loaded-loras,
+//	           --lora-eviction-policy), read as the engine reads them; none: unlimited
 //
 // An engine is closed when its pod is deleted, stops running or changes IP, and replaced by
 // a fresh one (no adapters, zeroed counters) when the pod is recreated with the same name;
@@ -69,6 +72,9 @@ type options struct {
 	// Aggregator mode (kind): one admin API over the in-pod admin APIs of every model pod.
 	aggregate    bool
 	podAdminPort int
+	// loraArgs are the engine's LoRA arguments with --serve-pod, as given (the pod spec
+	// carries the real engine's flags): fakeengine.CapacityFromArgs reads them.
+	loraArgs []string
 }
 
 func main() {
@@ -91,6 +97,16 @@ func main() {
 	flag.StringVar(&o.preload, "preload", os.Getenv("FAKE_ENGINE_PRELOAD"), "With --serve-pod: adapters the engine holds from the start, name=path,... (default $FAKE_ENGINE_PRELOAD; on kwok the pod annotation "+annotationPreload+").")
 	flag.BoolVar(&o.aggregate, "aggregate", false, "Serve one admin API on --admin-address over the in-pod admin APIs (--pod-admin-port) of the pods matching --label-selector (kind; in-cluster credentials when no kubeconfig is given).")
 	flag.IntVar(&o.podAdminPort, "pod-admin-port", 9400, "With --aggregate: the port of the pods' admin APIs.")
+	for _, name := range []string{"max-loras", "max-cpu-loras", "max-loras-per-batch", "max-loaded-loras", "lora-eviction-policy"} {
+		flag.Func(name, "With --serve-pod: the engine's --"+name+", as the real engine takes it (its capacity; see package fakeengine).", func(v string) error {
+			o.loraArgs = append(o.loraArgs, "--"+name, v)
+			return nil
+		})
+	}
+	flag.BoolFunc("enable-lora", "With --serve-pod: the engine's --enable-lora (LoRA on, with the engine's default capacity).", func(string) error {
+		o.loraArgs = append(o.loraArgs, "--enable-lora")
+		return nil
+	})
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nServes fake vLLM/SGLang engines on the loopback IPs of kwok pods.\n\n", os.Args[0])
 		flag.PrintDefaults()

@@ -22,15 +22,19 @@ func servePod(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--preload: %w", err)
 	}
+	capacity, err := fakeengine.CapacityFromArgs(fakeengine.Kind(o.engine), o.loraArgs)
+	if err != nil {
+		return err
+	}
 	e, err := fakeengine.StartInPod(o.port, fakeengine.Options{
 		BaseModel: o.baseModel, Kind: fakeengine.Kind(o.engine), APIKey: o.apiKey, Latency: o.latency,
-		Name: o.podName, Preload: preload,
+		Name: o.podName, Preload: preload, Capacity: capacity,
 	})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	klog.InfoS("Serving a fake engine for this pod", "address", e.Addr(), "kind", o.engine, "baseModel", o.baseModel)
+	klog.InfoS("Serving a fake engine for this pod", "address", e.Addr(), "kind", o.engine, "baseModel", o.baseModel, "capacity", e.Limit())
 	if o.podAdminAddress == "" {
 		<-ctx.Done()
 		return nil
@@ -41,7 +45,7 @@ func servePod(ctx context.Context, o options) error {
 	m := newManager(klog.FromContext(ctx), fakeengine.Options{APIKey: o.apiKey, Latency: o.latency})
 	m.add(engineSpec{
 		Namespace: o.podNamespace, Pod: o.podName, IP: o.podIP, Port: o.port,
-		Kind: e.Kind(), BaseModel: o.baseModel,
+		Kind: e.Kind(), BaseModel: o.baseModel, Capacity: e.Capacity(),
 	}, e)
 	return serveAdmin(ctx, o.podAdminAddress, adminHandler(m))
 }

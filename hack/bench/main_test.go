@@ -1,0 +1,34 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParsePoints(t *testing.T) {
+	got, err := parsePoints(options{points: "500:0:50:10:100, 0:0:500:50:0:1:16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Point{{S: 500, A: 50, P: 10, M: 100}, {A: 500, P: 50, R: 1, C: 16}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("parsePoints = %+v, want %+v", got, want)
+	}
+	if l := got[0].loads(); l != 500 {
+		t.Errorf("loads of 50 adapters on all 10 pods = %d, want 500", l)
+	}
+	if l := got[1].loads(); l != 500 {
+		t.Errorf("loads of 500 single-replica adapters = %d, want 500", l)
+	}
+	if s := got[1].String(); s != "S=0 U=0 A×P=500×50 M=0 R=1 C=16" {
+		t.Errorf("String = %q", s)
+	}
+	if ps, err := parsePoints(options{size: "capacity"}); err != nil || len(ps) != 1 || ps[0] != want[1] {
+		t.Errorf("preset capacity = %+v, %v; want %+v", ps, err, want[1:])
+	}
+	for _, bad := range []string{"1:2:3:4", "1:2:3:4:5:6", "1:2:3:4:5:6:-1"} {
+		if _, err := parsePoints(options{points: bad}); err == nil || !strings.Contains(err.Error(), "point") {
+			t.Errorf("parsePoints(%q) = %v, want an error naming the point", bad, err)
+		}
+	}
+}

@@ -25,7 +25,7 @@ var dashboardScope = []string{`cluster=~"__cluster__"`, `namespace=~"__namespace
 // adapterNamespaced are the series whose namespace label is not the controller's but an
 // object's (the ServiceMonitor keeps it with honorLabels): the namespace variable does not
 // apply to them.
-var adapterNamespaced = []string{"loraplane_adapter_instances"}
+var adapterNamespaced = []string{"loraplane_adapter_instances", "loraplane_adapter_slots", "loraplane_adapters_waiting_for_capacity"}
 
 // unscopedSelectors returns the selectors of expr that lack one of the matchers want
 // (written as label=~"value" or label="value"), except for namespace on adapterNamespaced.

@@ -436,3 +436,35 @@ func (r *Reconciler) reportWaiting(ctx context.Context, p *pass, full []string) 
 	r.event(p.adapter, corev1.EventTypeWarning, ReasonInsufficientCapacity, "Place",
 		fmt.Sprintf("%d placements wait for a free adapter slot: the candidate pods are full (%s)", p.waiting, summarize(full)))
 }
+
+// learnPods lists, before the adapter is placed, the engines of the candidates it is not on
+// and that this process has not listed yet (or not since a container restarted), and reads
+// their metrics with it: adapters an engine was started with (--lora-modules) or another
+// client loaded take slots too, and a capacity only the engine's metrics tell would otherwise
+// be known only after a first placement there, from the inventory's poll. That is one listing
+// and one metrics read per new pod, shared by every reconcile wanting them (the listings are
+// shared), not per reconcile: once listed, the inventory's poll keeps the pod current. A pod
+// whose engine does not answer is placed on by what is known, as before.
+func (r *Reconciler) learnPods(ctx context.Context, p *pass, current map[string]bool) {
+	var wg sync.WaitGroup
+	for _, pod := range p.candidates {
+		if current[pod.Name] {
+			continue
+		}
+		if _, known := r.inventory.Loaded(pod, ""); known {
+			continue
+		}
+		ep, err := r.endpoint(pod, p.apiKey)
+		if err != nil {
+			continue // the load would fail the same way, and says so
+		}
+		wg.Go(func() {
+			if _, err := r.inventory.Refresh(ctx, pod, ep); err != nil {
+				klog.FromContext(ctx).V(4).Info("Listing a new pod before placing on it failed", "pod", klog.KObj(pod), "err", err.Error())
+				return
+			}
+			r.inventory.readCapacity(ctx, pod, ep)
+		})
+	}
+	wg.Wait()
+}

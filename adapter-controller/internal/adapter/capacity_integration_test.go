@@ -212,3 +212,64 @@ func TestPreflightExcludesEnginesWithoutRuntimeLoRA(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityCountsWhatANewPodHolds: before the first adapter is placed on a pod, its engine
+// is listed and its metrics read, so that adapters the engine was started with
+// (--lora-modules) take slots and a capacity only the engine's metrics tell is known: neither
+// engine here is ever asked to hold more than it can (no eviction), and the adapters that do
+// not fit wait.
+func TestCapacityCountsWhatANewPodHolds(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	oneReplica := func(a *v1alpha1.ModelAdapter) { a.Spec.Replicas = ptr.To[int32](1) }
+	// Capacity 1 by annotation, taken by an adapter the engine was started with.
+	sip := newIP()
+	static := engine(t, sip, 8000, fakeengine.Options{Preload: map[string]string{"started-with": "/models/started-with"}})
+	modelPod(t, ns, "static", sip, modelLabels("held"), func(p *corev1.Pod) {
+		p.Annotations = map[string]string{v1alpha1.AdapterCapacityAnnotation: "1"}
+	})
+	// Capacity 1 known only from the engine's metrics (its pod names no vLLM command line).
+	mip := newIP()
+	reported := engine(t, mip, 8000, fakeengine.Options{Capacity: fakeengine.Capacity{LoRA: true, MaxLoras: 1}})
+	modelPod(t, ns, "reported", mip, modelLabels("told"))
+
+	held := newAdapter(ns, "held", "held", oneReplica)
+	told := []*v1alpha1.ModelAdapter{newAdapter(ns, "told-0", "told", oneReplica), newAdapter(ns, "told-1", "told", oneReplica)}
+	for _, a := range append([]*v1alpha1.ModelAdapter{held}, told...) {
+		if err := k8s.Create(ctxFor(t), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAdapter(t, client.ObjectKeyFromObject(held), 30*time.Second, "the adapter waiting behind the one the engine was started with", waitingForCapacity)
+	states := func() (runs, waits int) {
+		for _, a := range told {
+			var got v1alpha1.ModelAdapter
+			if err := k8s.Get(ctxFor(t), client.ObjectKeyFromObject(a), &got); err != nil {
+				t.Fatal(err)
+			}
+			if running(1)(&got) {
+				runs++
+			} else if waitingForCapacity(&got) {
+				waits++
+			}
+		}
+		return runs, waits
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	runs, waits := states()
+	for (runs != 1 || waits != 1) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		runs, waits = states()
+	}
+	if runs != 1 || waits != 1 {
+		t.Errorf("of two adapters for an engine of capacity 1: %d Running, %d waiting; want 1 and 1", runs, waits)
+	}
+	for name, e := range map[string]*fakeengine.Engine{"static": static, "reported": reported} {
+		if c := e.Counts(); c.Evictions > 0 || len(e.Loaded()) > 1 {
+			t.Errorf("engine %s (capacity 1) holds %v, %d evictions (evicted %v)", name, e.Loaded(), c.Evictions, e.Evicted())
+		}
+	}
+	if n := static.Loads(); n != 0 {
+		t.Errorf("the engine full with what it was started with got %d loads", n)
+	}
+}

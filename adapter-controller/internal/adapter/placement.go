@@ -174,6 +174,7 @@ func (r *Reconciler) choosePods(ctx context.Context, p *pass) error {
 	if err := r.ledger.seed(ctx, r.client); err != nil {
 		return err
 	}
+	r.learnPods(ctx, p, current)
 	chosen, plan := r.ledger.fit(p, current, r.capacityOf, r.inventory.listedNames, func(fits []*corev1.Pod) []*corev1.Pod {
 		return place(fits, current, replicas, p.policy, func(name string) int {
 			for _, pod := range fits {

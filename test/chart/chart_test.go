@@ -354,7 +354,7 @@ func TestChartFullValues(t *testing.T) {
 	}
 	must("rbac.authorization.k8s.io/v1 Role gateways/platform-loraplane-router-controller")
 	must("rbac.authorization.k8s.io/v1 ClusterRole /platform-loraplane-adapter-controller")
-	must("rbac.authorization.k8s.io/v1 ClusterRoleBinding /platform-loraplane-router-controller")
+	must("rbac.authorization.k8s.io/v1 ClusterRoleBinding /platform-loraplane-router-controller-binding")
 	if str(must("v1 Namespace /loraplane-system"), "metadata", "labels", "pod-security.kubernetes.io/enforce") != "restricted" {
 		t.Error("namespace.create=true: the release namespace lacks the Pod Security label")
 	}

@@ -100,6 +100,10 @@ check_installed() {
     tee -a "$art/installed.txt"
 }
 
+# The gateway namespace exists where a Gateway runs (the router's HTTPRoute Role lives there):
+# the user's cluster has it before the install, as docs/install.md says.
+as_user kubectl --kubeconfig "$kubeconfig" create namespace aibrix-system >"$art/gateway-namespace.log" 2>&1 ||
+  { cat "$art/gateway-namespace.log" >&2; fail "creating the gateway namespace failed"; }
 step "helm install oci://$registry/loraplane --version $chart_version (PATH: helm, kubectl)"
 as_user helm install loraplane "oci://$registry/loraplane" --version "$chart_version" --plain-http \
   --kubeconfig "$kubeconfig" --namespace loraplane-system --create-namespace --take-ownership >"$art/helm-install.log" 2>&1 ||

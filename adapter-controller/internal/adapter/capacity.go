@@ -265,12 +265,20 @@ func (l *ledger) occupiedLocked(pod *corev1.Pod, adapter string, listed []string
 	return n
 }
 
-// olderWaitersLocked counts the adapters older than a that wait for room on the pod.
-func (l *ledger) olderWaitersLocked(a *v1alpha1.ModelAdapter, pod string) int {
+// olderWaitersLocked counts the adapters older than a that wait for room on the pod: those
+// that wanted it at their last pass, and those of its model pool not on it yet (a pod added
+// since an older waiter's last pass is its too: a younger adapter reconciled first must not
+// take it).
+func (l *ledger) olderWaitersLocked(a *v1alpha1.ModelAdapter, pod *corev1.Pod) int {
 	key := client.ObjectKeyFromObject(a)
+	on := l.onPod[client.ObjectKeyFromObject(pod)]
+	model := pod.Labels[v1alpha1.ModelNameLabel]
 	n := 0
 	for wkey, w := range l.waiting {
-		if wkey.Namespace == a.Namespace && wkey != key && w.wants[pod] && older(w.created, wkey, a.CreationTimestamp, key) {
+		if wkey.Namespace != a.Namespace || wkey == key || !older(w.created, wkey, a.CreationTimestamp, key) {
+			continue
+		}
+		if w.wants[pod.Name] || (model != "" && w.model == model && !on[wkey.Name]) {
 			n++
 		}
 	}
@@ -302,7 +310,7 @@ func (l *ledger) fit(p *pass, current map[string]bool, capacity func(*corev1.Pod
 			continue
 		}
 		free := c.slots - l.occupiedLocked(pod, a.Name, listed(pod))
-		if free > l.olderWaitersLocked(a, pod.Name) {
+		if free > l.olderWaitersLocked(a, pod) {
 			plan.fits = append(plan.fits, pod)
 		} else {
 			plan.full = append(plan.full, pod.Name)
@@ -437,14 +445,13 @@ func (r *Reconciler) reportWaiting(ctx context.Context, p *pass, full []string) 
 		fmt.Sprintf("%d placements wait for a free adapter slot: the candidate pods are full (%s)", p.waiting, summarize(full)))
 }
 
-// learnPods lists, before the adapter is placed, the engines of the candidates it is not on
-// and that this process has not listed yet (or not since a container restarted), and reads
-// their metrics with it: adapters an engine was started with (--lora-modules) or another
-// client loaded take slots too, and a capacity only the engine's metrics tell would otherwise
-// be known only after a first placement there, from the inventory's poll. That is one listing
-// and one metrics read per new pod, shared by every reconcile wanting them (the listings are
-// shared), not per reconcile: once listed, the inventory's poll keeps the pod current. A pod
-// whose engine does not answer is placed on by what is known, as before.
+// learnPods has the inventory learn (Inventory.Learn: one listing and one metrics read per
+// pod incarnation, shared by every reconcile wanting it) the candidates the adapter is not on
+// and that this process has not listed yet (or not since a container restarted), before
+// placing: adapters an engine was started with (--lora-modules) or another client loaded take
+// slots too, and a capacity only the engine's metrics tell would otherwise be known only after
+// a first placement there, from the inventory's poll. Once listed, the poll keeps the pod
+// current. A pod whose engine does not answer is placed on by what is known, as before.
 func (r *Reconciler) learnPods(ctx context.Context, p *pass, current map[string]bool) {
 	var wg sync.WaitGroup
 	for _, pod := range p.candidates {
@@ -458,13 +465,7 @@ func (r *Reconciler) learnPods(ctx context.Context, p *pass, current map[string]
 		if err != nil {
 			continue // the load would fail the same way, and says so
 		}
-		wg.Go(func() {
-			if _, err := r.inventory.Refresh(ctx, pod, ep); err != nil {
-				klog.FromContext(ctx).V(4).Info("Listing a new pod before placing on it failed", "pod", klog.KObj(pod), "err", err.Error())
-				return
-			}
-			r.inventory.readCapacity(ctx, pod, ep)
-		})
+		wg.Go(func() { r.inventory.Learn(ctx, pod, ep) })
 	}
 	wg.Wait()
 }

@@ -207,6 +207,24 @@ func TestFitOldestFirst(t *testing.T) {
 	}
 }
 
+// TestFitOldestFirstOnAPodAdded: a pod added while two adapters wait goes to the older one
+// even when the younger one reconciles first, before the older one has seen the new pod.
+func TestFitOldestFirstOnAPodAdded(t *testing.T) {
+	f := newFleet(map[string]int{"p": 1, "new": 1}, "p")
+	f.reconcile(fleetAdapter("holder", 0, ptr.To[int32](1)))
+	old := fleetAdapter("old", 1, ptr.To[int32](1))
+	young := fleetAdapter("young", 2, ptr.To[int32](1))
+	f.reconcile(old)
+	f.reconcile(young)
+	f.pods = append(f.pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "new", Labels: map[string]string{v1alpha1.ModelNameLabel: "m"}}})
+	if p := f.reconcile(young); len(p.desired) != 0 || p.waiting != 1 {
+		t.Errorf("young: placed on %v, waiting %d; want it to wait for the older one", names(p.desired), p.waiting)
+	}
+	if p := f.reconcile(old); len(p.desired) != 1 || p.desired[0].Name != "new" {
+		t.Errorf("old: placed on %v, want new", names(p.desired))
+	}
+}
+
 func TestFitCountsListedAdapters(t *testing.T) {
 	f := newFleet(map[string]int{"p": 2}, "p")
 	f.listed["p"] = []string{"static-lora"} // the engine's own --lora-modules
@@ -362,5 +380,40 @@ func TestPollReadsCapacityMetrics(t *testing.T) {
 	slices.Sort(changed)
 	if !slices.Equal(changed, []string{"p0", "p1"}) {
 		t.Errorf("capacity changes told %v, want p0 and p1 once (the second poll read the same)", changed)
+	}
+}
+
+// TestLearnIsSharedPerPod: the reconciles that want to know a new pod before placing on it
+// share one listing and one metrics read of it, however many ask at once; a pod that is
+// learned already is not listed or read again by Learn (the poll keeps it current).
+func TestLearnIsSharedPerPod(t *testing.T) {
+	eng := &metricsEngine{fakeEngine: newFakeEngine(), maxLoras: map[string]int{"127.0.42.1": 3}, reads: map[string]int{}}
+	hooks := unboundedHooks()
+	inv := NewInventory(eng, nil, time.Minute, 4, clock.RealClock{}, hooks)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u1"},
+		Status:     corev1.PodStatus{PodIP: "127.0.42.1"},
+	}
+	ep := engine.Endpoint{Host: "127.0.42.1", Port: 8000}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() { inv.Learn(t.Context(), pod, ep) })
+	}
+	wg.Wait()
+	inv.Learn(t.Context(), pod, ep)
+	if _, known := inv.Loaded(pod, ""); !known {
+		t.Error("the pod is not known after Learn")
+	}
+	eng.mu.Lock()
+	reads := eng.reads["127.0.42.1"]
+	eng.mu.Unlock()
+	if reads != 1 {
+		t.Errorf("33 Learns of one pod read its metrics %d times, want 1", reads)
+	}
+	if lists := eng.count(&eng.lists); lists != 1 {
+		t.Errorf("33 Learns of one pod listed it %d times, want 1", lists)
+	}
+	if c := inv.maxLoras(pod); c != 3 {
+		t.Errorf("reported max_loras %d, want 3", c)
 	}
 }

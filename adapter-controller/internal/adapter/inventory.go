@@ -64,6 +64,9 @@ type Inventory struct {
 	// reported is what each pod's engine metrics last said of its capacity (the pods the
 	// poll lists), by pod incarnation.
 	reported map[types.NamespacedName]reportedCapacity
+	// learning is the first listing and metrics read of each pod incarnation (Learn), shared
+	// by the reconciles that want it.
+	learning map[types.NamespacedName]*learnCall
 	// recorded is, as of the last poll, which adapters recorded each pod (scheduled-pods
 	// annotation or status instances); strays are recorded loads whose adapter is gone.
 	recorded map[types.NamespacedName]*recordedPod
@@ -165,6 +168,7 @@ func NewInventory(c engine.Client, reader client.Reader, period time.Duration, p
 		aibrixRunning: hooks.aibrixRunning, store: hooks.store,
 		freed: hooks.freed, capacityChanged: hooks.capacityChanged,
 		reported: map[types.NamespacedName]reportedCapacity{},
+		learning: map[types.NamespacedName]*learnCall{},
 		events:   make(chan event.GenericEvent, 1024),
 		pods:     map[types.NamespacedName]*podInventory{},
 		recorded: map[types.NamespacedName]*recordedPod{},
@@ -318,6 +322,44 @@ func (i *Inventory) readCapacity(ctx context.Context, pod *corev1.Pod, ep engine
 	if old.uid != pod.UID || old.maxLoras != m.MaxLoras {
 		i.capacityChanged(key)
 	}
+}
+
+// learnCall is one Learn of one pod incarnation; done is closed when it ends.
+type learnCall struct {
+	uid      types.UID
+	restarts int32
+	done     chan struct{}
+}
+
+// Learn lists the pod's engine and reads its metrics (readCapacity) once per pod incarnation
+// and container restart: the reconciles that want to know a new pod before placing on it
+// share one call, and wait for it. A failed listing is tried again by the next caller.
+func (i *Inventory) Learn(ctx context.Context, pod *corev1.Pod, ep engine.Endpoint) {
+	key := client.ObjectKeyFromObject(pod)
+	restarts := podRestarts(pod)
+	i.mu.Lock()
+	if c, ok := i.learning[key]; ok && c.uid == pod.UID && c.restarts == restarts {
+		i.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		}
+		return
+	}
+	c := &learnCall{uid: pod.UID, restarts: restarts, done: make(chan struct{})}
+	i.learning[key] = c
+	i.mu.Unlock()
+	defer close(c.done)
+	if _, err := i.Refresh(ctx, pod, ep); err != nil {
+		klog.FromContext(ctx).V(4).Info("Listing a new pod before placing on it failed", "pod", klog.KObj(pod), "err", err.Error())
+		i.mu.Lock()
+		if i.learning[key] == c {
+			delete(i.learning, key)
+		}
+		i.mu.Unlock()
+		return
+	}
+	i.readCapacity(ctx, pod, ep)
 }
 
 // record stores what the pod lists now, as the newest knowledge of it (tests, and callers
@@ -603,6 +645,7 @@ func (i *Inventory) noteStrays(targets map[types.NamespacedName]*pollTarget, exi
 		}
 		delete(i.pods, key)
 		delete(i.reported, key)
+		delete(i.learning, key)
 	}
 }
 

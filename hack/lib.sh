@@ -69,3 +69,14 @@ storage: {filesystem: {rootdirectory: $1}, delete: {enabled: true}}
 http: {addr: "$2"}
 YAML
 }
+
+# delete_pre_v010_rbac KUBECTL...: deletes what a kubectl apply upgrade from an installation
+# of main older than v0.1.0 leaves behind (docs/install.md, "Upgrade"): the roles of their
+# older names and their bindings, which still grant the older, wider rules (the router's
+# HTTPRoute rights in every namespace). KUBECTL... is the kubectl command to run.
+delete_pre_v010_rbac() {
+  "$@" delete --ignore-not-found clusterrolebinding loraplane-adapter-controller loraplane-router-controller
+  "$@" delete --ignore-not-found clusterrole adapter-controller router-controller
+  "$@" -n loraplane-system delete --ignore-not-found rolebinding adapter-controller-leader-election router-controller-leader-election
+  "$@" -n loraplane-system delete --ignore-not-found role adapter-controller router-controller
+}

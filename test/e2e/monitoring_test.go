@@ -17,6 +17,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/utils/ptr"
@@ -290,6 +291,36 @@ func ruleFor(t *testing.T, base, alert string) time.Duration {
 	return d
 }
 
+// requireCannotListHTTPRoutes: the Deployment's service account can no longer list HTTPRoutes
+// in the gateway namespace (asked of the API server's authorizer), so the test's premise holds;
+// another binding that still grants it (one an earlier installation left) is named at once
+// instead of the alert never firing.
+func requireCannotListHTTPRoutes(ctx context.Context, t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	sa := dep.Spec.Template.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	var reason string
+	waitFor(t, 30*time.Second, "the Role change to reach the authorizer", func() (bool, string) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:" + dep.Namespace + ":" + sa,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + dep.Namespace,
+				"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: gatewayNamespace(),
+				Verb: "list", Group: "gateway.networking.k8s.io", Resource: "httproutes"},
+		}}
+		if err := k8s.Create(ctx, sar); err != nil {
+			return false, err.Error()
+		}
+		reason = sar.Status.Reason
+		return !sar.Status.Allowed, "still allowed: " + reason
+	})
+	if reason != "" {
+		t.Logf("service account %s/%s may no longer list HTTPRoutes in %s (%s)", dep.Namespace, sa, gatewayNamespace(), reason)
+	}
+}
+
 // TestSyncAlertFiresAndResolves: the sync alert of deploy/prometheus fires for real. The
 // router-controller's Role in the gateway namespace (its only grant on HTTPRoutes) loses
 // HTTPRoutes and the router is rolled out: the new pod cannot list HTTPRoutes, its cache
@@ -348,13 +379,14 @@ func TestSyncAlertFiresAndResolves(t *testing.T) {
 	if err := k8s.Update(ctx, role); err != nil {
 		t.Fatal(err)
 	}
-	before := map[string]bool{}
-	for _, p := range controllerPods(t, ctl) {
-		before[p] = true
-	}
 	dep := &appsv1.Deployment{}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: controllerNamespace(), Name: ctl}, dep); err != nil {
 		t.Fatal(err)
+	}
+	requireCannotListHTTPRoutes(ctx, t, dep)
+	before := map[string]bool{}
+	for _, p := range controllerPods(t, ctl) {
+		before[p] = true
 	}
 	patch := client.MergeFrom(dep.DeepCopy())
 	if dep.Spec.Template.Annotations == nil {

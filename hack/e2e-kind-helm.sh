@@ -15,7 +15,8 @@
 #              re-apply, and make undeploy PURGE=true (unloads it; the CRD and
 #              loraplane-system are gone) after a kustomize install (by hand, not in make e2e)
 #
-# Environment: KIND_CLUSTER, E2E_IMAGE_TAG and IMAGE_REGISTRY as for hack/e2e-kind.sh;
+# Environment: KIND_CLUSTER, E2E_IMAGE_TAG and IMAGE_REGISTRY as for hack/e2e-kind.sh
+# (E2E_RELEASE_CHART and E2E_RELEASE_VERSION for E2E_INSTALL=release-helm);
 # E2E_ENGINE_ADMIN (default http://127.0.0.1:29400) is the fake engines' admin aggregator.
 # Timings and outputs go to stdout and _artifacts/e2e-kind/helm-*.txt.
 set -euo pipefail
@@ -28,6 +29,13 @@ tag=${E2E_IMAGE_TAG:-e2e}
 admin=${E2E_ENGINE_ADMIN:-http://127.0.0.1:29400}
 art=$root/_artifacts/e2e-kind
 ns=loraplane-system
+# The chart: deploy/chart/loraplane with the e2e images, or (E2E_RELEASE_CHART, E2E_INSTALL=
+# release-helm) the release's chart from the registry with its own images.
+if [ -n "${E2E_RELEASE_CHART:-}" ]; then
+  chart=("$E2E_RELEASE_CHART" --version "${E2E_RELEASE_VERSION:?}" --plain-http) images=()
+else
+  chart=(deploy/chart/loraplane) images=(--set image.registry="$registry" --set-string image.tag="$tag")
+fi
 k() { "$root/bin/kubectl" --context "$context" "$@"; }
 helm() { "$root/bin/helm" --kube-context "$context" "$@"; }
 fail() { echo "e2e-kind-helm: $*" >&2; exit 1; }
@@ -41,7 +49,7 @@ upgrade() {
   before_a=$(rs adapter-controller) before_r=$(rs router-controller)
   echo "before: adapter-controller pods from ReplicaSet(s) $before_a; router-controller from $before_r"
   start=$(date +%s)
-  helm upgrade loraplane deploy/chart/loraplane -n "$ns" --reuse-values \
+  helm upgrade loraplane "${chart[@]}" -n "$ns" --reuse-values \
     --set adapterController.flags.max-concurrent-reconciles=4 --set adapterController.flags.v=4 \
     --set routerController.flags.max-concurrent-reconciles=4 --set routerController.flags.v=4 \
     --wait --timeout 5m
@@ -166,8 +174,8 @@ purged() {
 }
 
 install_release() {
-  helm install loraplane deploy/chart/loraplane -n "$ns" --create-namespace --take-ownership --force-conflicts \
-    --set image.registry="$registry" --set-string image.tag="$tag" --set routerController.createGatewayNamespace=true \
+  helm install loraplane "${chart[@]}" -n "$ns" --create-namespace --take-ownership --force-conflicts \
+    "${images[@]}" --set routerController.createGatewayNamespace=true \
     --wait --timeout 5m
 }
 
@@ -190,7 +198,7 @@ uninstall() {
   install_release
   k -n "$mns" wait modeladapter/lora-uninstall --for=jsonpath='{.status.phase}'=Running --timeout 120s
   echo "opt-in purge: cleanupOnUninstall on, crds.keep off, then helm uninstall"
-  helm upgrade loraplane deploy/chart/loraplane -n "$ns" --reuse-values \
+  helm upgrade loraplane "${chart[@]}" -n "$ns" --reuse-values \
     --set adapterController.cleanupOnUninstall.enabled=true --set crds.keep=false --wait --timeout 5m
   start=$(date +%s)
   helm uninstall loraplane -n "$ns" --wait --timeout 5m

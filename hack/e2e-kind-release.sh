@@ -18,6 +18,7 @@ release_registry=loraplane-kind-registry
 release_port=${KIND_REGISTRY_PORT:-25000}
 release_repo=127.0.0.1:$release_port/${registry#*/}
 release_host=${registry%%/*}
+release_chart=oci://$release_repo/loraplane
 
 step "release $release_version: make release, registry $release_registry on $network, make release-publish"
 run make --no-print-directory release-tools
@@ -56,9 +57,9 @@ release_install() {
     run "${as_user[@]}" kubectl --kubeconfig "${KUBECONFIG:-$HOME/.kube/config}" --context "$context" \
       apply --server-side --force-conflicts -f "$root/dist/install.yaml"
   else
-    step "helm install oci://$release_repo/loraplane --version ${release_version#v} (PATH: helm, kubectl)"
-    run "${as_user[@]}" helm install loraplane "oci://$release_repo/loraplane" --version "${release_version#v}" --plain-http \
+    step "helm install $release_chart --version ${release_version#v} (PATH: helm, kubectl)"
+    run "${as_user[@]}" helm install loraplane "$release_chart" --version "${release_version#v}" --plain-http \
       --kubeconfig "${KUBECONFIG:-$HOME/.kube/config}" --kube-context "$context" -n loraplane-system --create-namespace \
-      --take-ownership --force-conflicts --set routerController.createGatewayNamespace=true --wait --timeout 5m
+      --take-ownership --force-conflicts "${helm_values[@]}" --wait --timeout 5m
   fi
 }

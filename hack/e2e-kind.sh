@@ -13,8 +13,8 @@
 #                   (bin/registry in a container, 127.0.0.1:25000 on the host) that the node's
 #                   containerd mirrors $IMAGE_REGISTRY from, then installed with only kubectl on
 #                   PATH: kubectl apply --server-side -f dist/install.yaml;
-#                   release-helm: the same registry, helm install oci://... of the release's chart
-#                   (UNTESTED here: this machine has no Docker engine)
+#                   release-helm: the same registry, helm install oci://... of the release's
+#                   chart, then the Helm steps of helm (upgrade, the suite again, uninstall)
 #   KIND_CLUSTER    cluster name (default loraplane-e2e); reused when it exists
 #   KIND_NODE_IMAGE node image (default kindest/node:$KUBE_VERSION)
 #
@@ -148,12 +148,22 @@ for i in "${stack_images[@]}"; do
   fi
 done
 
+# The chart's values in the helm modes (test/e2e/kind/helm-values.yaml: ServiceMonitors,
+# PrometheusRule and NetworkPolicies on), the kind network admitted to the metrics port.
+helm_values=(-f test/e2e/kind/helm-values.yaml --set "networkPolicy.metricsFrom[1].ipBlock.cidr=$network_subnet")
+
 overlay=$art/overlay
 mkdir -p "$overlay"
 overlay() { # kustomize|helm: the suite's overlay (test/e2e/kind/overlay) with the paths, registry and tag filled in
   sed -e "s|@DEPLOY@|$(realpath --relative-to="$overlay" deploy/default)|" -e "s|@SUITE@|$(realpath --relative-to="$overlay" test/e2e/kind)|" \
     -e "s|@REGISTRY@|$registry|" -e "s|@TAG@|$tag|" "test/e2e/kind/overlay/$1.yaml" >"$overlay/kustomization.yaml"
 }
+# A Helm release left by an earlier run goes first, the way a user would remove it.
+if [ -z "$dry" ] && [[ $install == *helm ]] && "${helm[@]}" status loraplane -n loraplane-system >/dev/null 2>&1; then
+  step "helm uninstall of the release an earlier run left"
+  run "${helm[@]}" uninstall loraplane -n loraplane-system --wait --timeout 5m
+  run "${kubectl[@]}" delete namespace loraplane-system --ignore-not-found --wait --timeout 180s
+fi
 # The controllers' metrics serving certificate (docs/monitoring.md), made once per cluster and
 # before the controllers start: they read it at start-up from the optional Secret volume, and
 # the ServiceMonitors verify it against its CA (a pod started without it serves a self-signed
@@ -162,6 +172,12 @@ run bash -c "${kubectl[*]} create namespace loraplane-system --dry-run=client -o
 if [ -n "$dry" ] || ! "${kubectl[@]}" -n loraplane-system get secret loraplane-metrics-cert >/dev/null 2>&1; then
   run bash -c "KUBECTL=$root/bin/kubectl hack/metrics-cert.sh --print | ${kubectl[*]} apply --server-side -f -"
 fi
+# A reused cluster may hold an installation of main older than v0.1.0, whose roles had other
+# names: an upgrade leaves their bindings, which still grant the older, wider rules (the
+# router's HTTPRoute rights in every namespace), so the suite would test them instead of the
+# release's. They go the way docs/install.md ("Upgrade") tells a user to remove them.
+step "leftovers of an installation older than v0.1.0"
+run delete_pre_v010_rbac "${kubectl[@]}"
 if [ "$install" = kustomize ]; then
   step "deploy/default with the e2e images"
   overlay kustomize
@@ -185,17 +201,11 @@ elif [ "$install" != helm ]; then
   run "${kubectl[@]}" -n fake-engine-system rollout restart deploy/fake-engine-admin
 else
   step "helm install $chart with the e2e images"
-  # A release left by an earlier run goes first, the way a user would remove it.
-  if [ -z "$dry" ] && "${helm[@]}" status loraplane -n loraplane-system >/dev/null 2>&1; then
-    run "${helm[@]}" uninstall loraplane -n loraplane-system --wait --timeout 5m
-    run "${kubectl[@]}" delete namespace loraplane-system --ignore-not-found --wait --timeout 180s
-  fi
   # --take-ownership: the release namespace (created by --create-namespace for the release
   # record), the gateway namespace and objects of an earlier kustomize run become the release's;
   # --force-conflicts: fields kubectl applied in that run (e.g. the arguments) become Helm's.
   run "${helm[@]}" install loraplane "$chart" -n loraplane-system --create-namespace --take-ownership --force-conflicts \
-    --set image.registry="$registry" --set-string image.tag="$tag" --set routerController.createGatewayNamespace=true \
-    --wait --timeout 5m
+    --set image.registry="$registry" --set-string image.tag="$tag" "${helm_values[@]}" --wait --timeout 5m
   run "${helm[@]}" status loraplane -n loraplane-system
   overlay helm
   run "${kubectl[@]}" kustomize "$overlay" -o "$art/deploy.yaml"
@@ -215,7 +225,11 @@ run "${kubectl[@]}" -n aibrix-system wait --for=condition=Programmed gateway/aib
 
 step "monitoring: Prometheus Operator $PROMETHEUS_OPERATOR_VERSION, Prometheus, deploy/prometheus"
 run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring
-run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring/loraplane
+case $install in
+helm | release-helm) # the chart renders the ServiceMonitors, the rules and the reader (helm-values.yaml)
+  run "${kubectl[@]}" -n loraplane-system get servicemonitor,prometheusrule,networkpolicy ;;
+*) run "${kubectl[@]}" apply --server-side -k test/e2e/kind/monitoring/loraplane ;;
+esac
 run "${kubectl[@]}" -n monitoring rollout status deploy/prometheus-operator --timeout 120s
 if [ -z "$dry" ]; then
   poll 120 1 quietly "${kubectl[@]}" -n monitoring get statefulset prometheus-loraplane || true
@@ -236,16 +250,23 @@ suite() { # NAME RUN: the suite (go test -run RUN), logs in $art/NAME; every ski
     E2E_METRICS_TOKEN="$token" E2E_GATEWAY_URL=http://127.0.0.1:28080 E2E_PROMETHEUS_URL=http://127.0.0.1:29090 \
     E2E_ADAPTER_METRICS=https://127.0.0.1:28443/metrics E2E_ROUTER_METRICS=https://127.0.0.1:28444/metrics \
     E2E_ADAPTER_STANDBY_METRICS=https://127.0.0.1:28445/metrics E2E_ROUTER_STANDBY_METRICS=https://127.0.0.1:28446/metrics \
-    E2E_LEASE_DURATION=15s \
+    E2E_LEASE_DURATION=15s E2E_INSTALL="$install" IMAGE_REGISTRY="$registry" E2E_IMAGE_TAG="$tag" \
+    E2E_HELM_VALUES="$(printf '%s\n' "${helm_values[@]}")" E2E_RELEASE_CHART="${release_chart:-}" E2E_RELEASE_VERSION="${release_version:+${release_version#v}}" \
+    E2E_ROLLOUT_PREVIOUS="$root/hack/e2e-kind-rollout.sh to previous $suite_dir" \
+    E2E_ROLLOUT_CURRENT="$root/hack/e2e-kind-rollout.sh to current $suite_dir" \
     bash -c "cd test/e2e && go build -o '$suite_dir/skipcheck' ./skipcheck &&
       go test -tags e2e -count=1 -timeout 40m -json -run '$2' ./ 2>&1 | '$suite_dir/skipcheck' -expected skips/kind.txt | tee '$art/$1.log'
       s=(\${PIPESTATUS[@]}); for c in \${s[@]}; do [ \$c = 0 ] || exit \$c; done"
 }
 
+step "the previous release's images (TestUpgradeRollback)"
+run env KIND="$kind" hack/e2e-kind-rollout.sh build
+
 step "e2e suite"
 suite suite "${E2E_RUN:-.}"
 
-if [ "$install" = helm ]; then
+if [ "$install" = helm ] || [ "$install" = release-helm ]; then
+  export E2E_RELEASE_CHART="${release_chart:-}" E2E_RELEASE_VERSION="${release_version:+${release_version#v}}"
   step "helm upgrade with changed values"
   run hack/e2e-kind-helm.sh upgrade
   step "e2e suite after helm upgrade"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -173,6 +174,11 @@ func (f faultRequest) fault() (fakeengine.Fault, error) {
 //	POST   /engines/{namespace}/{pod}/restart    the engine forgets its adapters
 //	POST   /engines/{namespace}/{pod}/fault      install a fault (JSON fakeengine.Fault)
 //	DELETE /engines/{namespace}/{pod}/fault      clear the engine's faults
+//	POST   /engines/{namespace}/{pod}/complete   a completion (the body of POST
+//	                                             /v1/completions) sent to the engine's own
+//	                                             inference API over HTTP, its answer back: for
+//	                                             a client that cannot reach the engine's port
+//	                                             (the host, on kind) but must ask that engine
 //	GET    /metrics                              Prometheus metrics
 //	GET    /healthz                              200 ok
 func adminHandler(m *manager) http.Handler {
@@ -227,6 +233,9 @@ func adminHandler(m *manager) http.Handler {
 	mux.HandleFunc("DELETE /engines/{namespace}/{pod}/fault", withEngine(m, func(w http.ResponseWriter, _ *http.Request, r *running) {
 		r.engine.ClearFault()
 		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("POST /engines/{namespace}/{pod}/complete", withEngine(m, func(w http.ResponseWriter, req *http.Request, r *running) {
+		completeVia(w, req, "http://"+r.engine.Addr()+"/v1/completions")
 	}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -333,4 +342,38 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(evictionsDesc, prometheus.CounterValue, float64(counts.Evictions), ns, pod)
 		ch <- prometheus.MustNewConstMetric(refusalsDesc, prometheus.CounterValue, float64(counts.CapacityRefusals), ns, pod)
 	}
+}
+
+// completeClient asks the engines for completeVia; a completion of the fake engine answers at once.
+var completeClient = &http.Client{Timeout: 10 * time.Second}
+
+// completeVia sends the completion in req (its body, Content-Type and Authorization) to the
+// engine's inference URL and passes the answer back.
+func completeVia(w http.ResponseWriter, req *http.Request, url string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxAdminBody))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	out, err := http.NewRequestWithContext(req.Context(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for _, h := range []string{"Content-Type", "Authorization"} {
+		if v := req.Header.Get(h); v != "" {
+			out.Header.Set(h, v)
+		}
+	}
+	resp, err := completeClient.Do(out)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }

@@ -175,6 +175,26 @@ func TestAdminRestart(t *testing.T) {
 	}
 }
 
+// TestAdminComplete: a completion through the admin API reaches the engine's inference API
+// (counted there, answered for a loaded adapter, 404 for one it does not hold).
+func TestAdminComplete(t *testing.T) {
+	m, admin := adminFixture(t)
+	must(t, "POST", "http://127.0.19.60:8000/v1/load_lora_adapter", `{"lora_name":"x","lora_path":"/p"}`)
+	got := must(t, "POST", admin+"/engines/ns/a/complete", `{"model":"x","prompt":"hi"}`)
+	if got.status != http.StatusOK || !strings.Contains(got.body, `"model":"x"`) {
+		t.Fatalf("complete x = %+v", got)
+	}
+	if n := m.get("ns", "a").engine.Counts().Requests["POST /v1/completions"]; n != 1 {
+		t.Errorf("the engine counted %d completions, want 1", n)
+	}
+	if got := must(t, "POST", admin+"/engines/ns/a/complete", `{"model":"y","prompt":"hi"}`); got.status != http.StatusNotFound {
+		t.Errorf("complete of an adapter the engine does not hold = %+v", got)
+	}
+	if got := must(t, "POST", admin+"/engines/ns/nope/complete", `{"model":"x"}`); got.status != http.StatusNotFound {
+		t.Errorf("complete on an unknown pod = %+v", got)
+	}
+}
+
 func TestAdminFault(t *testing.T) {
 	_, admin := adminFixture(t)
 	load := func() answer {

@@ -133,20 +133,30 @@ func fieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
-// scrape GETs a metrics endpoint as Prometheus would: over HTTPS with the bearer token of a
-// ServiceAccount allowed to read metrics (E2E_METRICS_TOKEN; make e2e sets it, the serving
-// certificate is the controller's self-signed one), or plain HTTP (make e2e-local).
+// scrape GETs a metrics endpoint as Prometheus would (fetchMetrics); the test fails when it
+// cannot.
 func scrape(t *testing.T, url string) string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	body, err := fetchMetrics(url)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return body
+}
+
+// fetchMetrics GETs a metrics endpoint as Prometheus would: over HTTPS with the bearer token of
+// a ServiceAccount allowed to read metrics (E2E_METRICS_TOKEN; make e2e sets it, the serving
+// certificate is the controller's self-signed one), or plain HTTP (make e2e-local).
+func fetchMetrics(url string) (string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
 	}
 	c := http.DefaultClient
 	if strings.HasPrefix(url, "https://") {
 		token := os.Getenv("E2E_METRICS_TOKEN")
 		if token == "" {
-			t.Fatalf("%s is HTTPS but E2E_METRICS_TOKEN is not set", url)
+			return "", fmt.Errorf("%s is HTTPS but E2E_METRICS_TOKEN is not set", url)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		c = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the controllers' self-signed serving certificate
@@ -161,17 +171,17 @@ func scrape(t *testing.T, url string) string {
 		time.Sleep(500 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("metrics: %v", err)
+		return "", fmt.Errorf("metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("metrics %s: %s: %s", url, resp.Status, body)
+		return "", fmt.Errorf("metrics %s: %s: %s", url, resp.Status, body)
 	}
-	return string(body)
+	return string(body), nil
 }
 
 // probe reports whether a readiness check passes: a URL answering 200, or a command exiting 0.

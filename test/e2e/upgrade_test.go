@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -57,7 +56,8 @@ func (f fleet) routed() []string {
 // the controllers' objects, localGateway) and to each adapter's engines answered.
 //
 // E2E_ROLLOUT_PREVIOUS and E2E_ROLLOUT_CURRENT are the commands that roll the cluster to each
-// release (make e2e-local: hack/rollout.sh); make e2e does not set them yet.
+// release (make e2e-local: hack/rollout.sh; make e2e: hack/e2e-kind-rollout.sh, the way the
+// installation at hand upgrades: kubectl apply or helm upgrade).
 func TestUpgradeRollback(t *testing.T) {
 	previous, current := os.Getenv("E2E_ROLLOUT_PREVIOUS"), os.Getenv("E2E_ROLLOUT_CURRENT")
 	if previous == "" || current == "" {
@@ -345,16 +345,11 @@ func routerLooked(t *testing.T, objects int) {
 
 // leaderBody scrapes url and reports whether the replica there leads.
 func leaderBody(url string) (string, bool) {
-	resp, err := http.Get(url)
+	body, err := fetchMetrics(url)
 	if err != nil {
 		return "", false
 	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(resp.Body); err != nil || resp.StatusCode != http.StatusOK {
-		return "", false
-	}
-	return b.String(), leaderIn(b.String())
+	return body, leaderIn(body)
 }
 
 // prober sends, in rounds until its context ends, a completion for every model and adapter
@@ -368,17 +363,6 @@ type prober struct {
 }
 
 func (p *prober) run(ctx context.Context, t *testing.T, f fleet, instances map[string][]string) {
-	pods := map[string]string{} // pod -> loopback address
-	var list corev1.PodList
-	if err := k8s.List(ctx, &list, client.InNamespace(f.ns)); err != nil {
-		p.fail(fmt.Sprintf("listing pods: %v", err))
-		return
-	}
-	for _, pod := range list.Items {
-		if ip, ok := loopbackOf(pod.Status.PodIP); ok {
-			pods[pod.Name] = ip.String()
-		}
-	}
 	for ctx.Err() == nil {
 		for _, name := range f.routed() {
 			if a := viaAIBrixPlugin(t, name+"-router", name); !a.ok() || a.model != name {
@@ -388,7 +372,7 @@ func (p *prober) run(ctx context.Context, t *testing.T, f fleet, instances map[s
 		}
 		for a, inst := range instances {
 			for _, pod := range inst {
-				if err := completeOn(ctx, pods[pod], a); err != nil && ctx.Err() == nil {
+				if err := completeOn(ctx, f.ns, pod, a); err != nil && ctx.Err() == nil {
 					p.fail(fmt.Sprintf("%s %s on %s: %v", time.Now().Format("15:04:05.000"), a, pod, err))
 				}
 				p.count(&p.engine)
@@ -421,13 +405,13 @@ func (p *prober) failed() string {
 	return fmt.Sprintf("%d, first: %s", len(p.failures), strings.Join(p.failures[:min(5, len(p.failures))], "; "))
 }
 
-// completeOn sends a completion for adapter straight to the engine at ip (port 8000).
-func completeOn(ctx context.Context, ip, adapter string) error {
-	if ip == "" {
-		return fmt.Errorf("no loopback address")
-	}
+// completeOn sends a completion for adapter to the engine of the pod, through the engine admin
+// API's complete call (E2E_ENGINE_ADMIN: the host-mode fake engine on kwok, the aggregator on
+// kind), which sends it to that engine's inference API over HTTP.
+func completeOn(ctx context.Context, ns, pod, adapter string) error {
 	body, _ := json.Marshal(map[string]any{"model": adapter, "prompt": "hello", "max_tokens": 4})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ip+":8000/v1/completions", bytes.NewReader(body))
+	url := os.Getenv("E2E_ENGINE_ADMIN") + "/engines/" + ns + "/" + pod + "/complete"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

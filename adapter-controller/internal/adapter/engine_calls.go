@@ -150,6 +150,13 @@ func (r *Reconciler) planLoad(ctx context.Context, p *pass, c *engineCalls, pod 
 			}
 			return
 		}
+		if addressMoved(err) {
+			// Not sent: the pod left its address after the pass read it. Its pod event
+			// enqueues the adapter again, and that pass no longer places on it.
+			klog.FromContext(ctx).V(2).Info("Not loading on a pod that left its address", "pod", klog.KObj(pod), "reason", err.Error())
+			p.requeueAfter(depublishedRecheck)
+			return
+		}
 		r.forgetCredentials(a, err)
 		n, wait := r.backoff.failed(k, r.clock.Now(), err)
 		r.noteLoadFailure(p, pod, err, n, wait, replace)
@@ -483,31 +490,34 @@ func (r *Reconciler) heldFromUnverifiedArtifact(ctx context.Context, a *v1alpha1
 
 // sendLoad makes the engine calls of a load, or of a reload with replace: in place where
 // the engine can (vLLM's load_inplace), else unload then load. Each call holds an engine
-// call slot.
+// call slot, and goes out only if the pod is still at its address (addressCheck).
 func (r *Reconciler) sendLoad(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, req engine.LoadRequest, replace bool) (ReloadMethod, error) {
-	call := func(f func() error) error {
+	call := func(op engine.Op, f func() error) error {
 		if err := r.acquire(ctx); err != nil {
 			return err
 		}
 		defer r.release()
+		if err := r.addressCheck(ctx, pod, op, true); err != nil {
+			return err
+		}
 		return f()
 	}
 	if !replace {
-		return "", call(func() error { return r.engine.Load(ctx, ep, req) })
+		return "", call(engine.OpLoad, func() error { return r.engine.Load(ctx, ep, req) })
 	}
 	if ep.Kind == "" || ep.Kind == engine.KindVLLM {
 		inPlace := req
 		inPlace.Replace = true
-		err := call(func() error { return r.engine.Load(ctx, ep, inPlace) })
+		err := call(engine.OpLoad, func() error { return r.engine.Load(ctx, ep, inPlace) })
 		if engine.ReasonOf(err) != engine.ReasonReloadUnsupported {
 			return ReloadInPlace, err
 		}
 	}
-	if err := call(func() error { return r.engine.Unload(ctx, ep, a.Name) }); err != nil {
+	if err := call(engine.OpUnload, func() error { return r.engine.Unload(ctx, ep, a.Name) }); err != nil {
 		return ReloadUnloadLoad, err
 	}
 	r.inventory.forgetAdapter(pod, a.Name)
-	return ReloadUnloadLoad, call(func() error { return r.engine.Load(ctx, ep, req) })
+	return ReloadUnloadLoad, call(engine.OpLoad, func() error { return r.engine.Load(ctx, ep, req) })
 }
 
 // verify waits for a listing of the pod that started after the load (loadedAt) and checks
@@ -541,6 +551,10 @@ func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 		return err
 	}
 	defer r.release()
+	if err := r.addressCheck(ctx, pod, engine.OpUnload, false); err != nil {
+		recordUnload(err)
+		return err
+	}
 	if err := r.engine.Unload(ctx, ep, a.Name); err != nil {
 		recordUnload(err)
 		return err

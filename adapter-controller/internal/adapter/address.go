@@ -60,5 +60,9 @@ func (r *Reconciler) addressCheck(ctx context.Context, pod *corev1.Pod, op engin
 	return nil
 }
 
-// addressMoved reports whether err is a call not sent by addressCheck.
-func addressMoved(err error) bool { return engine.ReasonOf(err) == ReasonPodAddressMoved }
+// notSent reports whether err is a load not sent because the pod is no longer at its address
+// (addressCheck) or its engine listed no free slot just before (lookBeforeLoad).
+func notSent(err error) bool {
+	reason := engine.ReasonOf(err)
+	return reason == ReasonPodAddressMoved || reason == ReasonNoFreeSlot
+}

@@ -442,7 +442,9 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	}
 	if !replace {
 		if replace, err = r.lookBeforeLoad(ctx, a, pod, ep, wantPath); err != nil {
-			recordLoad(ep.Kind, "", err)
+			if !notSent(err) { // a load not sent is no load attempt (loraplane_adapter_loads_total)
+				recordLoad(ep.Kind, "", err)
+			}
 			return err
 		}
 	}
@@ -458,8 +460,10 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	if err == nil {
 		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
 	}
-	loadDuration.WithLabelValues().Observe(r.clock.Since(start).Seconds())
-	recordLoad(ep.Kind, method, err)
+	if !notSent(err) {
+		loadDuration.WithLabelValues().Observe(r.clock.Since(start).Seconds())
+		recordLoad(ep.Kind, method, err)
+	}
 	if err != nil {
 		return err
 	}

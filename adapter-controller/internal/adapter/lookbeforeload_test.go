@@ -49,7 +49,7 @@ func TestLoadNeverFillsAnEngineBeyondCapacity(t *testing.T) {
 		firstListingsFail int  // listings refused before the engine answers
 		listedBefore      bool // the pod was listed (empty) before the other adapter came
 	}{
-		"first listing refused, static adapter": {firstListingsFail: 1},
+		"first listing refused, static adapter":        {firstListingsFail: 1},
 		"another client loaded since the last listing": {listedBefore: true},
 	}
 	for name, tc := range tests {

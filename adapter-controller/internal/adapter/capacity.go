@@ -265,6 +265,14 @@ func (l *ledger) occupiedLocked(pod *corev1.Pod, adapter string, listed []string
 	return n
 }
 
+// free is how many adapter slots of the pod's capacity (slots) are left for the named adapter:
+// those neither placed there by this controller nor listed by its engine (listed).
+func (l *ledger) free(pod *corev1.Pod, adapter string, listed []string, slots int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slots - l.occupiedLocked(pod, adapter, listed)
+}
+
 // olderWaitersLocked counts the adapters older than a that wait for room on the pod: those
 // that wanted it at their last pass, and those of its model pool not on it yet (a pod added
 // since an older waiter's last pass is its too: a younger adapter reconciled first must not

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -148,6 +149,14 @@ func (r *Reconciler) planLoad(ctx context.Context, p *pass, c *engineCalls, pod 
 			} else {
 				c.newlyLoaded = append(c.newlyLoaded, pod.Name)
 			}
+			return
+		}
+		if notSent(err) {
+			// The pod left its address after the pass read it, or the engine listed no free
+			// slot just before the load: not a failure of the load. The next pass no longer
+			// places on the pod, or counts what its engine listed.
+			klog.FromContext(ctx).V(2).Info("Not loading", "pod", klog.KObj(pod), "reason", err.Error())
+			p.requeueAfter(depublishedRecheck)
 			return
 		}
 		r.forgetCredentials(a, err)
@@ -432,8 +441,10 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 		Credentials: p.credentials, AdditionalConfig: engineConfig(a.Spec.AdditionalConfig),
 	}
 	if !replace {
-		if replace, err = r.heldFromUnverifiedArtifact(ctx, a, pod, ep, wantPath); err != nil {
-			recordLoad(ep.Kind, "", err)
+		if replace, err = r.lookBeforeLoad(ctx, a, pod, ep, wantPath); err != nil {
+			if !notSent(err) { // a load not sent is no load attempt (loraplane_adapter_loads_total)
+				recordLoad(ep.Kind, "", err)
+			}
 			return err
 		}
 	}
@@ -449,8 +460,10 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	if err == nil {
 		err = r.verify(ctx, a, pod, ep, loadedAt, replace, wantPath)
 	}
-	loadDuration.WithLabelValues().Observe(r.clock.Since(start).Seconds())
-	recordLoad(ep.Kind, method, err)
+	if !notSent(err) {
+		loadDuration.WithLabelValues().Observe(r.clock.Since(start).Seconds())
+		recordLoad(ep.Kind, method, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -459,55 +472,98 @@ func (r *Reconciler) load(ctx context.Context, a *v1alpha1.ModelAdapter, pod *co
 	return nil
 }
 
-// heldFromUnverifiedArtifact looks before a plain load when nothing says what the engine
-// holds (no listing of the pod yet, as on a new leader): the pod may hold an earlier
-// artifact, one taken out of the EndpointSlice for its reload when the previous leader
-// stopped. A plain load would be answered "already loaded" and leave that artifact in
-// place, so it reports that a reload is needed.
-func (r *Reconciler) heldFromUnverifiedArtifact(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, wantPath string) (bool, error) {
-	if _, listed := r.inventory.Loaded(pod, a.Name); listed {
+// lookBeforeLoad lists the pod's engine before a plain load when what is known of it does not
+// suffice, and reports whether a reload is needed instead:
+//
+//   - this process has not listed the pod yet (a new leader, or a first listing that failed):
+//     the engine may hold the adapter from an unverified artifact (heldFromUnverified) or
+//     adapters that take its slots;
+//   - the pod's capacity is known and the load would take its last free slot by what the
+//     ledger and the last listing know: an adapter the engine holds that neither knows (its
+//     --lora-modules when its first listing failed, another client's load since) would be
+//     evicted by the load.
+//
+// With a capacity known, the load is not sent (NoFreeSlot) when the listing leaves no slot for
+// it; the listing is recorded, so the next pass counts what it showed and the adapter waits
+// for room or goes elsewhere.
+func (r *Reconciler) lookBeforeLoad(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, wantPath string) (bool, error) {
+	_, known := r.inventory.Loaded(pod, a.Name)
+	c := r.capacityOf(pod)
+	if known && (!c.known || r.ledger.free(pod, a.Name, r.inventory.listedNames(pod), c.slots) > 1) {
 		return false, nil
 	}
 	l, err := r.inventory.listings.get(ctx, pod, ep, r.inventory.listings.mark())
 	if err != nil {
 		return false, err
 	}
+	if !known {
+		r.inventory.readCapacity(ctx, pod, ep) // as Learn would have: the capacity may be in its metrics only
+		c = r.capacityOf(pod)
+		if r.heldFromUnverified(ctx, a, pod, ep, l, wantPath) {
+			return true, nil // a reload takes no new slot
+		}
+	}
+	if c.known {
+		names := slices.Collect(maps.Keys(l))
+		if free := r.ledger.free(pod, a.Name, names, c.slots); free < 1 {
+			slices.Sort(names)
+			return false, &engine.Error{Reason: ReasonNoFreeSlot, Engine: ep.Kind, Op: engine.OpLoad, Retryable: true,
+				Message: fmt.Sprintf("pod %s has no free adapter slot (capacity %d from %s; the engine lists %s); not sent",
+					pod.Name, c.slots, c.source, summarize(names))}
+		}
+	}
+	return false, nil
+}
+
+// ReasonNoFreeSlot is the reason of a load not sent because the engine's listing just before
+// it showed no free slot for the adapter.
+const ReasonNoFreeSlot = "NoFreeSlot"
+
+// heldFromUnverified reports, for a pod this process had not listed before (as on a new
+// leader), whether its engine lists the adapter from an artifact other than wantPath: one
+// taken out of the EndpointSlice for its reload when the previous leader stopped. A plain
+// load would be answered "already loaded" and leave that artifact in place, so a reload is
+// needed.
+func (r *Reconciler) heldFromUnverified(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, l listed, wantPath string) bool {
 	path, ok := l[a.Name]
 	if !ok || (engine.ListsLoadPath(ep.Kind) && path == wantPath) {
-		return false, nil
+		return false
 	}
 	klog.FromContext(ctx).V(2).Info("The engine holds the adapter from an unverified artifact; reloading it",
 		"pod", klog.KObj(pod), "listedPath", path, "artifact", a.Spec.ArtifactURL)
-	return true, nil
+	return true
 }
 
 // sendLoad makes the engine calls of a load, or of a reload with replace: in place where
 // the engine can (vLLM's load_inplace), else unload then load. Each call holds an engine
-// call slot.
+// call slot, and goes out only if the pod is still at its address (addressCheck).
 func (r *Reconciler) sendLoad(ctx context.Context, a *v1alpha1.ModelAdapter, pod *corev1.Pod, ep engine.Endpoint, req engine.LoadRequest, replace bool) (ReloadMethod, error) {
-	call := func(f func() error) error {
+	call := func(op engine.Op, f func() error) error {
 		if err := r.acquire(ctx); err != nil {
 			return err
 		}
 		defer r.release()
+		if err := r.addressCheck(ctx, pod, op, true); err != nil {
+			return err
+		}
 		return f()
 	}
 	if !replace {
-		return "", call(func() error { return r.engine.Load(ctx, ep, req) })
+		return "", call(engine.OpLoad, func() error { return r.engine.Load(ctx, ep, req) })
 	}
 	if ep.Kind == "" || ep.Kind == engine.KindVLLM {
 		inPlace := req
 		inPlace.Replace = true
-		err := call(func() error { return r.engine.Load(ctx, ep, inPlace) })
+		err := call(engine.OpLoad, func() error { return r.engine.Load(ctx, ep, inPlace) })
 		if engine.ReasonOf(err) != engine.ReasonReloadUnsupported {
 			return ReloadInPlace, err
 		}
 	}
-	if err := call(func() error { return r.engine.Unload(ctx, ep, a.Name) }); err != nil {
+	if err := call(engine.OpUnload, func() error { return r.engine.Unload(ctx, ep, a.Name) }); err != nil {
 		return ReloadUnloadLoad, err
 	}
 	r.inventory.forgetAdapter(pod, a.Name)
-	return ReloadUnloadLoad, call(func() error { return r.engine.Load(ctx, ep, req) })
+	return ReloadUnloadLoad, call(engine.OpLoad, func() error { return r.engine.Load(ctx, ep, req) })
 }
 
 // verify waits for a listing of the pod that started after the load (loadedAt) and checks
@@ -541,6 +597,10 @@ func (r *Reconciler) unload(ctx context.Context, a *v1alpha1.ModelAdapter, pod *
 		return err
 	}
 	defer r.release()
+	if err := r.addressCheck(ctx, pod, engine.OpUnload, false); err != nil {
+		recordUnload(err)
+		return err
+	}
 	if err := r.engine.Unload(ctx, ep, a.Name); err != nil {
 		recordUnload(err)
 		return err

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/loraplane/loraplane/adapter-controller/internal/engine"
 	v1alpha1 "github.com/loraplane/loraplane/shared/api/model/v1alpha1"
@@ -569,13 +570,13 @@ func TestListingsVerifyEveryLoad(t *testing.T) {
 // no slot), never exceed either bound, share their verifications (loads finish faster than
 // the one listing slot lists), and a lying engine is caught.
 func TestLoadSharesVerificationWithinSlots(t *testing.T) {
+	pods := []*corev1.Pod{fakePod("p0", "127.0.40.1"), fakePod("p1", "127.0.40.2")}
 	newReconciler := func(f *fakeEngine, slots, listSlots int) *Reconciler {
-		r := &Reconciler{engine: f, clock: clock.RealClock{}, unanswered: newUnansweredLoads(), slots: semaphore.NewWeighted(int64(slots)),
-			listSlots: semaphore.NewWeighted(int64(listSlots))}
+		r := &Reconciler{client: fakeClient(t, interceptor.Funcs{}, pods[0], pods[1]), engine: f, clock: clock.RealClock{},
+			unanswered: newUnansweredLoads(), slots: semaphore.NewWeighted(int64(slots)), listSlots: semaphore.NewWeighted(int64(listSlots))}
 		r.inventory = NewInventory(f, nil, time.Minute, 1, clock.RealClock{}, r.inventoryHooks())
 		return r
 	}
-	pods := []*corev1.Pod{fakePod("p0", "127.0.40.1"), fakePod("p1", "127.0.40.2")}
 
 	t.Run("four load slots, one listing slot", func(t *testing.T) {
 		f := newFakeEngine()

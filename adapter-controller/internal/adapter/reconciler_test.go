@@ -62,6 +62,19 @@ func testAdapter() *v1alpha1.ModelAdapter {
 // subresource), with the interceptor functions given.
 func testReconciler(t *testing.T, eng engine.Client, clk clock.WithTicker, opts Options, funcs interceptor.Funcs, objs ...client.Object) (*Reconciler, client.WithWatch, *events.FakeRecorder) {
 	t.Helper()
+	c := fakeClient(t, funcs, objs...)
+	rec := events.NewFakeRecorder(1000)
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReconciler(c, c, eng, rec, clk, opts)
+	return r, c, rec
+}
+
+// fakeClient is a fake client holding objs (ModelAdapter status as a subresource), with the
+// pod indexes of the manager's cache and the interceptor functions given.
+func fakeClient(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
+	t.Helper()
 	scheme := k8sruntime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -69,15 +82,9 @@ func testReconciler(t *testing.T, eng engine.Client, clk clock.WithTicker, opts 
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.ModelAdapter{}).
 		WithIndex(&corev1.Pod{}, podModelIndex, podModel).
 		WithInterceptorFuncs(funcs).Build()
-	rec := events.NewFakeRecorder(1000)
-	if err := opts.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	r := NewReconciler(c, c, eng, rec, clk, opts)
-	return r, c, rec
 }
 
 func reconcileAdapter(t *testing.T, r *Reconciler) (reconcile.Result, error) {

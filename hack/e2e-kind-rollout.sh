@@ -97,11 +97,12 @@ to() {
   current/kustomize) kustomized "$root" "$tag" | apply ;;
   current/release) apply <"$root/dist/install.yaml" ;;
   previous/helm | previous/release-helm)
-    # The previous chart knows none of the newer values: only the images and the gateway
-    # namespace, as a user of that release would have installed it.
+    # The same values, as helm upgrade --reuse-values would pass them: the previous chart
+    # ignores what it does not know and renders what it does (its ServiceMonitors and the
+    # metrics-reader ClusterRole the suite's token is bound to).
+    mapfile -t values <<<"${E2E_HELM_VALUES:-}"
     helm upgrade loraplane "$(previous_dir)/src/deploy/chart/loraplane" -n "$ns" --reset-values --take-ownership --force-conflicts \
-      --set image.registry="$registry" --set-string image.tag="$(previous_tag)" \
-      --set routerController.createGatewayNamespace=true --wait --timeout 5m >"$log.helm" ;;
+      --set image.registry="$registry" --set-string image.tag="$(previous_tag)" "${values[@]}" --wait --timeout 5m >"$log.helm" ;;
   current/helm)
     mapfile -t values <<<"${E2E_HELM_VALUES:-}"
     helm upgrade loraplane deploy/chart/loraplane -n "$ns" --reset-values --take-ownership --force-conflicts \

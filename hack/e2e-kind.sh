@@ -58,6 +58,8 @@ cd "$root"
 # make e2e-down: the cluster and its network go; the images stay (Docker's, and the kit's cache).
 if [ "${1:-}" = down ]; then
   run "$kind" delete cluster --name "$cluster"
+  # The release modes' registry container is on the network too (hack/e2e-kind-release.sh).
+  if docker container inspect loraplane-kind-registry >/dev/null 2>&1; then run docker rm -f loraplane-kind-registry >/dev/null; fi
   if docker network inspect "$network" >/dev/null 2>&1; then run docker network rm "$network" >/dev/null; fi
   exit 0
 fi
@@ -88,6 +90,7 @@ kind_dir=$root/test/e2e/kind/cluster
   sed -e "s|@POD_SUBNET@|$pod_subnet|" -e "s|@SERVICE_SUBNET@|$service_subnet|" "$kind_dir/kind.yaml"
   # cgroup v1 host (cgroup2fs otherwise)
   [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" != tmpfs ] || cat "$kind_dir/kubelet-cgroupv1.yaml"
+  cat "$kind_dir/containerd.yaml"
   # no CAP_SYS_RESOURCE (bit 24 of the bounding set)
   (((0x$(awk '/^CapBnd:/ {print $2}' /proc/self/status) >> 24 & 1) == 1)) || cat "$kind_dir/containerd-no-oom-adj.yaml"
 } >"$art/kind-config.yaml"

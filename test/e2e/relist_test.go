@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,9 +62,23 @@ func TestWatchExpiredRelist(t *testing.T) {
 	for name, check := range readyz {
 		waitFor(t, 60*time.Second, name+" ready", func() (bool, string) { return probe(check) })
 	}
-	// Before new work: each controller reconciles after the relist (the relist hands every
-	// cached object to the handlers again), so "none written again" below covers passes that
-	// looked at the converged objects, not a controller that did nothing.
+	// Before new work: each controller reconciles the converged objects after the relist, so
+	// "none written again" below covers passes that looked at them with the relisted cache,
+	// not a controller that did nothing. A relist that finds an object unchanged hands it to
+	// the handlers as a resync, which the router-controller's predicates rightly pass over
+	// (nothing changed; on kind a fresh router then reconciled nothing for a minute), so the
+	// model's Deployment gets an annotation no controller acts on: the router looks at the
+	// model again, and must find nothing to write. The adapter-controller looks at every
+	// adapter each inventory period.
+	dep := &appsv1.Deployment{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: model}, dep); err != nil {
+		t.Fatal(err)
+	}
+	touch := client.MergeFrom(dep.DeepCopy())
+	metav1.SetMetaDataAnnotation(&dep.ObjectMeta, "e2e.loraplane.dev/after-relist", back.UTC().Format(time.RFC3339Nano))
+	if err := k8s.Patch(ctx, dep, touch); err != nil {
+		t.Fatal(err)
+	}
 	for name, url := range metricsURL {
 		waitFor(t, 60*time.Second, name+" to reconcile after the relist", func() (bool, string) {
 			now := leaderMetrics(t, url).reconciles

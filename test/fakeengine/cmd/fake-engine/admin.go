@@ -370,6 +370,11 @@ func completeVia(w http.ResponseWriter, req *http.Request, url string) {
 		writeError(w, http.StatusBadGateway, err.Error())
 		return
 	}
+	relay(w, resp)
+}
+
+// relay passes an answer back: its status, Content-Type and body.
+func relay(w http.ResponseWriter, resp *http.Response) {
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		w.Header().Set("Content-Type", ct)

@@ -155,10 +155,5 @@ func (a *aggregator) forward(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("pod %s/%s: %v", ns, name, err))
 		return
 	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		w.Header().Set("Content-Type", ct)
-	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
+	relay(w, resp)
 }

@@ -24,9 +24,13 @@ step "release $release_version: make release, registry $release_registry on $net
 run make --no-print-directory release-tools
 run make --no-print-directory release VERSION="$release_version"
 registry_config /tmp/registry 0.0.0.0:5000 >"$art/registry.yml"
-run docker build -q -t "$release_registry:$DISTRIBUTION_VERSION" -f - "$(dirname "$REGISTRY_SERVER")" <<DOCKERFILE
+# The build context holds only the registry binary (a copy: bin/ may hold links to it, which
+# Docker does not follow out of the context, and all of bin/ is hundreds of MB).
+registry_ctx=$art/registry-image
+rm -rf "$registry_ctx" && mkdir -p "$registry_ctx" && cp -L "$REGISTRY_SERVER" "$registry_ctx/registry"
+run docker build -q -t "$release_registry:$DISTRIBUTION_VERSION" -f - "$registry_ctx" <<DOCKERFILE
 FROM $BASE_IMAGE
-COPY ${REGISTRY_SERVER##*/} /registry
+COPY registry /registry
 ENTRYPOINT ["/registry"]
 DOCKERFILE
 run docker rm -f "$release_registry" >/dev/null 2>&1 || true

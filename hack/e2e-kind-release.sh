@@ -1,7 +1,6 @@
 # Sourced by hack/e2e-kind.sh for E2E_INSTALL=release and release-helm: make e2e installing the
-# release from an OCI registry instead of images built from the Dockerfile. UNTESTED: the
-# machine this was written on has no Docker engine (make release-test runs the same
-# publication and installs on kwok, where it is tested).
+# release from an OCI registry instead of images built from the Dockerfile (.ci/run runs both;
+# make release-test runs the same publication and installs on kwok).
 #
 #   - make release VERSION=$RELEASE_VERSION (default the newest CHANGELOG.md section) writes
 #     dist/ on this host;

@@ -61,6 +61,9 @@ type Result struct {
 	AdapterSeconds     float64            `json:"adapterConvergenceSeconds"`
 	AdapterLoads       int                `json:"adapterEngineLoadCalls"`
 	AdapterLoadsPerSec float64            `json:"adapterLoadsPerSecond"`
+	// When the engines had answered the first load, half of them and all of them, in
+	// seconds from the first create (sampled every 20 ms): the loads' share of convergence.
+	AdapterLoadTimeline *loadTimeline `json:"adapterLoadTimeline,omitempty"`
 	EngineFloorSeconds float64            `json:"engineFloorSeconds"`
 	EngineFloorPerSec  float64            `json:"engineFloorLoadsPerSecond"`
 	AdapterRateOfFloor float64            `json:"adapterRateOfFloor"`
@@ -431,6 +434,14 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 
 	logf("adapter convergence: %d adapters, %d loads over %d pods", p.A, p.loads(), p.P)
 	start := time.Now()
+	tlCtx, tlStop := context.WithCancel(ctx)
+	defer tlStop()
+	tlDone := make(chan *loadTimeline, 1)
+	go func() {
+		tlDone <- sampleLoads(tlCtx, start, p.loads(), func() int {
+			return b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() }) - loads0
+		})
+	}()
 	api := b.admin.dyn.Resource(adapterGVR).Namespace(modelsNS)
 	point := fmt.Sprint(idx + 1)
 	if err := parallel(ctx, "adapters created", p.A, b.o.parallel, func(ctx context.Context, i int) error {
@@ -456,10 +467,12 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 		return err
 	}
 	r.AdapterSeconds = time.Since(start).Seconds()
+	tlStop()
+	r.AdapterLoadTimeline = <-tlDone
 	r.AdapterLoads = b.engineTotal(ips, func(e *fakeengine.Engine) int { return e.Loads() }) - loads0
 	r.AdapterLoadsPerSec = float64(p.loads()) / r.AdapterSeconds
 	r.LoadsPerAdapter = float64(r.AdapterLoads) / float64(max(p.A, 1))
-	logf("  all %d adapters Running after %.2fs (%d engine load calls)", p.A, r.AdapterSeconds, r.AdapterLoads)
+	logf("  all %d adapters Running after %.2fs (%d engine load calls; %s)", p.A, r.AdapterSeconds, r.AdapterLoads, r.AdapterLoadTimeline)
 	time.Sleep(2 * time.Second) // let trailing status/EndpointSlice writes land
 	w1, err := proc.writes()
 	if err != nil {
@@ -617,6 +630,46 @@ func (b *bench) engineFloor(ctx context.Context, ips []string, n int) (time.Dura
 
 // waitFor polls cond every interval until it holds, logging its message every few seconds;
 // after timeout it fails with the last message.
+// loadTimeline: seconds from the first create to the engines' first answered load, half of
+// the loads and all of them (-1: not reached).
+type loadTimeline struct {
+	First float64 `json:"firstLoadSeconds"`
+	Half  float64 `json:"halfLoadsSeconds"`
+	All   float64 `json:"allLoadsSeconds"`
+}
+
+func (t *loadTimeline) String() string {
+	if t == nil {
+		return "no load timeline"
+	}
+	return fmt.Sprintf("loads answered: first %.2f s, half %.2f s, all %.2f s", t.First, t.Half, t.All)
+}
+
+// sampleLoads samples loads() every 20 ms until ctx ends or want loads were answered.
+func sampleLoads(ctx context.Context, start time.Time, want int, loads func() int) *loadTimeline {
+	t := &loadTimeline{First: -1, Half: -1, All: -1}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, at := loads(), time.Since(start).Seconds()
+		if n > 0 && t.First < 0 {
+			t.First = at
+		}
+		if 2*n >= want && t.Half < 0 {
+			t.Half = at
+		}
+		if n >= want {
+			t.All = at
+			return t
+		}
+		select {
+		case <-ctx.Done():
+			return t
+		case <-tick.C:
+		}
+	}
+}
+
 func waitFor(ctx context.Context, timeout, every time.Duration, cond func() (bool, string, error)) error {
 	var msg string
 	last := time.Now()
@@ -757,8 +810,8 @@ func markdown(rep *Report) string {
 				pt, bin, s.VMRSSBytes/(1<<20), s.RSSMetricBytes/(1<<20))
 		}
 		if r.AdapterSeconds > 0 {
-			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls) | %.2f s, %.0f loads/s | %.0f%% of floor rate | ≥80%% at 200×20 and 500×50 |\n",
-				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor)
+			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls; %s) | %.2f s, %.0f loads/s | %.0f%% of floor rate | ≥80%% at 200×20 and 500×50 |\n",
+				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.AdapterLoadTimeline, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor)
 			fmt.Fprintf(&w, "| %s | API writes per adapter to Running | %.2f (%s; Event objects on the adapter: %.2f) | | | ≤4 |\n", pt, r.WritesPerAdapter, syncs(r.WritesByMethod), r.EventsPerAdapter)
 			fmt.Fprintf(&w, "| %s | engine load calls per adapter to Running | %.2f (P=%d, R=%d) | | | P, or R |\n", pt, r.LoadsPerAdapter, r.Point.P, r.Point.R)
 			if r.Point.C > 0 {

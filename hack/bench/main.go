@@ -167,6 +167,9 @@ func parsePoints(o options) ([]Point, error) {
 			}
 			n[i] = v
 		}
+		if n[0] > 0 && n[4] == 0 {
+			return nil, fmt.Errorf("point %q: S=%d pods need M≥1 model Deployments to hold them", s, n[0])
+		}
 		ps = append(ps, Point{S: n[0], U: n[1], A: n[2], P: n[3], M: n[4], R: n[5], C: n[6]})
 	}
 	return ps, nil

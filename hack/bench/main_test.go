@@ -26,7 +26,7 @@ func TestParsePoints(t *testing.T) {
 	if ps, err := parsePoints(options{size: "capacity"}); err != nil || len(ps) != 1 || ps[0] != want[1] {
 		t.Errorf("preset capacity = %+v, %v; want %+v", ps, err, want[1:])
 	}
-	for _, bad := range []string{"1:2:3:4", "1:2:3:4:5:6", "1:2:3:4:5:6:-1"} {
+	for _, bad := range []string{"1:2:3:4", "1:2:3:4:5:6", "1:2:3:4:5:6:-1", "2000:0:200:20:0"} {
 		if _, err := parsePoints(options{points: bad}); err == nil || !strings.Contains(err.Error(), "point") {
 			t.Errorf("parsePoints(%q) = %v, want an error naming the point", bad, err)
 		}

@@ -18,8 +18,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/loraplane/loraplane/test/fakeengine"
 )
@@ -58,27 +63,27 @@ type Result struct {
 	Point   Point               `json:"point"`
 	Startup map[string]*Startup `json:"startup"`
 
-	AdapterSeconds     float64            `json:"adapterConvergenceSeconds"`
-	AdapterLoads       int                `json:"adapterEngineLoadCalls"`
-	AdapterLoadsPerSec float64            `json:"adapterLoadsPerSecond"`
+	AdapterSeconds     float64 `json:"adapterConvergenceSeconds"`
+	AdapterLoads       int     `json:"adapterEngineLoadCalls"`
+	AdapterLoadsPerSec float64 `json:"adapterLoadsPerSecond"`
 	// When the engines had answered the first load, half of them and all of them, in
 	// seconds from the first create (sampled every 20 ms): the loads' share of convergence.
-	AdapterLoadTimeline *loadTimeline `json:"adapterLoadTimeline,omitempty"`
-	EngineFloorSeconds float64            `json:"engineFloorSeconds"`
-	EngineFloorPerSec  float64            `json:"engineFloorLoadsPerSecond"`
-	AdapterRateOfFloor float64            `json:"adapterRateOfFloor"`
-	WritesPerAdapter   float64            `json:"apiWritesPerAdapter"`
-	WritesByMethod     map[string]float64 `json:"apiWritesPerAdapterByMethod"`
-	EventsPerAdapter   float64            `json:"eventsPerAdapter"`
-	LoadsPerAdapter    float64            `json:"engineLoadCallsPerAdapter"`
-	DeleteSeconds      float64            `json:"adapterDeleteSeconds"`
-	UnloadsPerAdapter  float64            `json:"engineUnloadCallsPerAdapter"`
-	DeleteWrites       float64            `json:"apiWritesPerAdapterDeletion"`
-	ListsPerPodPeriod  float64            `json:"engineListsPerPodPerPeriod"`
-	RouterSeconds      float64            `json:"routerConvergenceSeconds"`
-	RouterWrites       float64            `json:"routerWrites"`
-	RouterFloorSeconds float64            `json:"routerFloorSeconds"`
-	RouterRatio        float64            `json:"routerRatio"`
+	AdapterLoadTimeline *loadTimeline      `json:"adapterLoadTimeline,omitempty"`
+	EngineFloorSeconds  float64            `json:"engineFloorSeconds"`
+	EngineFloorPerSec   float64            `json:"engineFloorLoadsPerSecond"`
+	AdapterRateOfFloor  float64            `json:"adapterRateOfFloor"`
+	WritesPerAdapter    float64            `json:"apiWritesPerAdapter"`
+	WritesByMethod      map[string]float64 `json:"apiWritesPerAdapterByMethod"`
+	EventsPerAdapter    float64            `json:"eventsPerAdapter"`
+	LoadsPerAdapter     float64            `json:"engineLoadCallsPerAdapter"`
+	DeleteSeconds       float64            `json:"adapterDeleteSeconds"`
+	UnloadsPerAdapter   float64            `json:"engineUnloadCallsPerAdapter"`
+	DeleteWrites        float64            `json:"apiWritesPerAdapterDeletion"`
+	ListsPerPodPeriod   float64            `json:"engineListsPerPodPerPeriod"`
+	RouterSeconds       float64            `json:"routerConvergenceSeconds"`
+	RouterWrites        float64            `json:"routerWrites"`
+	RouterFloorSeconds  float64            `json:"routerFloorSeconds"`
+	RouterRatio         float64            `json:"routerRatio"`
 	// With a capacity (Point.C): the adapters the engines evicted because they were asked to
 	// hold more (from create to the end of the inventory periods observed, before the engine
 	// floor, whose own loads are not placed), the requests that loaded an evicted adapter
@@ -451,18 +456,14 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 		return err
 	}
 	sel := metav1.ListOptions{LabelSelector: benchLabel + "=" + point}
-	if err := waitFor(ctx, 10*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
-		l, err := api.List(ctx, sel)
-		if err != nil {
-			return false, "", err
-		}
+	if err := watchUntil(ctx, api, sel, 10*time.Minute, func(items []any) (bool, string) {
 		running := 0
-		for _, a := range l.Items {
-			if ph, _, _ := unstructured.NestedString(a.Object, "status", "phase"); ph == "Running" {
+		for _, o := range items {
+			if ph, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "status", "phase"); ph == "Running" {
 				running++
 			}
 		}
-		return running >= p.A, fmt.Sprintf("adapters Running: %d/%d", running, p.A), nil
+		return running >= p.A, fmt.Sprintf("adapters Running: %d/%d", running, p.A)
 	}); err != nil {
 		return err
 	}
@@ -538,12 +539,8 @@ func (b *bench) adapterStages(ctx context.Context, idx int, p Point, r *Result) 
 	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 3*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
-		l, err := api.List(ctx, sel)
-		if err != nil {
-			return false, "", err
-		}
-		return len(l.Items) == 0, fmt.Sprintf("adapters left after delete: %d", len(l.Items)), nil
+	if err := watchUntil(ctx, api, sel, 3*time.Minute, func(items []any) (bool, string) {
+		return len(items) == 0, fmt.Sprintf("adapters left after delete: %d", len(items))
 	}); err != nil {
 		return err
 	}
@@ -668,6 +665,44 @@ func sampleLoads(ctx context.Context, start time.Time, want int, loads func() in
 		case <-tick.C:
 		}
 	}
+}
+
+// watchUntil watches the objects of api that sel selects until done, given all of them,
+// says so (checked at once and at every change), or timeout passes. A watch, not a poll: the
+// harness's own List requests (a quorum read of every object, ten times a second) competed
+// with the process measured for the API server and the machine's two cores.
+func watchUntil(ctx context.Context, api dynamic.ResourceInterface, sel metav1.ListOptions, timeout time.Duration, done func(items []any) (bool, string)) error {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel.LabelSelector
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.LabelSelector
+			return api.Watch(ctx, o)
+		},
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var store cache.Store
+	var msg string
+	last := time.Now()
+	check := func() (bool, error) {
+		ok, m := done(store.List())
+		msg = m
+		if !ok && time.Since(last) > 3*time.Second {
+			logf("  %s", m)
+			last = time.Now()
+		}
+		return ok, nil
+	}
+	_, err := watchtools.UntilWithSync(wctx, lw, &unstructured.Unstructured{},
+		func(s cache.Store) (bool, error) { store = s; return check() },
+		func(watch.Event) (bool, error) { return check() })
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return fmt.Errorf("%s after %s: %w", msg, timeout, errTimeout)
+	}
+	return err
 }
 
 func waitFor(ctx context.Context, timeout, every time.Duration, cond func() (bool, string, error)) error {
@@ -810,8 +845,12 @@ func markdown(rep *Report) string {
 				pt, bin, s.VMRSSBytes/(1<<20), s.RSSMetricBytes/(1<<20))
 		}
 		if r.AdapterSeconds > 0 {
-			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls; %s) | %.2f s, %.0f loads/s | %.0f%% of floor rate | ≥80%% at 200×20 and 500×50 |\n",
-				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.AdapterLoadTimeline, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor)
+			target := "≥80% at 200×20 and 500×50"
+			if r.Point.C > 0 {
+				target = "≥80% where the loads bound it (docs/performance.md)"
+			}
+			fmt.Fprintf(&w, "| %s | adapter convergence (create → all Running) | %.2f s, %.0f loads/s (%d load calls; %s) | %.2f s, %.0f loads/s | %.0f%% of floor rate | %s |\n",
+				pt, r.AdapterSeconds, r.AdapterLoadsPerSec, r.AdapterLoads, r.AdapterLoadTimeline, r.EngineFloorSeconds, r.EngineFloorPerSec, 100*r.AdapterRateOfFloor, target)
 			fmt.Fprintf(&w, "| %s | API writes per adapter to Running | %.2f (%s; Event objects on the adapter: %.2f) | | | ≤4 |\n", pt, r.WritesPerAdapter, syncs(r.WritesByMethod), r.EventsPerAdapter)
 			fmt.Fprintf(&w, "| %s | engine load calls per adapter to Running | %.2f (P=%d, R=%d) | | | P, or R |\n", pt, r.LoadsPerAdapter, r.Point.P, r.Point.R)
 			if r.Point.C > 0 {

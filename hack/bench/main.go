@@ -60,8 +60,11 @@ var presets = map[string][]Point{
 	"small":   {{S: 500, U: 0, A: 50, P: 10, M: 100}},
 	"default": {{S: 500, U: 0, A: 50, P: 10, M: 100}, {S: 2000, U: 4000, A: 200, P: 20, M: 1000}},
 	"large":   {{S: 500, U: 0, A: 50, P: 10, M: 100}, {S: 2000, U: 4000, A: 200, P: 20, M: 1000}, {S: 10000, U: 0, A: 500, P: 50, M: 2000}},
-	// capacity: 500 single-replica adapters over 50 engines that hold 16 adapters each.
-	"capacity": {{S: 0, U: 0, A: 500, P: 50, M: 0, R: 1, C: 16}},
+	// capacity: 500 single-replica adapters over 50 engines that hold 16 adapters each (one
+	// load per adapter: the adapters' API writes bound it, not the engines), then 200 adapters
+	// of 20 replicas over 40 engines that hold 110 each (4 000 loads into 4 400 slots: the
+	// loads bound it).
+	"capacity": {{S: 0, U: 0, A: 500, P: 50, M: 0, R: 1, C: 16}, {S: 0, U: 0, A: 200, P: 40, M: 0, R: 20, C: 110}},
 }
 
 type options struct {

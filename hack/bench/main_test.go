@@ -23,8 +23,8 @@ func TestParsePoints(t *testing.T) {
 	if s := got[1].String(); s != "S=0 U=0 A×P=500×50 M=0 R=1 C=16" {
 		t.Errorf("String = %q", s)
 	}
-	if ps, err := parsePoints(options{size: "capacity"}); err != nil || len(ps) != 1 || ps[0] != want[1] {
-		t.Errorf("preset capacity = %+v, %v; want %+v", ps, err, want[1:])
+	if ps, err := parsePoints(options{size: "capacity"}); err != nil || len(ps) != 2 || ps[0] != want[1] || ps[1].loads() != 4000 || ps[1].C*ps[1].P < ps[1].loads() {
+		t.Errorf("preset capacity = %+v, %v; want %+v and a point of 4000 loads that fit", ps, err, want[1:])
 	}
 	for _, bad := range []string{"1:2:3:4", "1:2:3:4:5:6", "1:2:3:4:5:6:-1", "2000:0:200:20:0"} {
 		if _, err := parsePoints(options{points: bad}); err == nil || !strings.Contains(err.Error(), "point") {

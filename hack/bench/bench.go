@@ -687,18 +687,18 @@ func watchUntil(ctx context.Context, api dynamic.ResourceInterface, sel metav1.L
 	var store cache.Store
 	var msg string
 	last := time.Now()
-	check := func() (bool, error) {
+	check := func() bool {
 		ok, m := done(store.List())
 		msg = m
 		if !ok && time.Since(last) > 3*time.Second {
 			logf("  %s", m)
 			last = time.Now()
 		}
-		return ok, nil
+		return ok
 	}
 	_, err := watchtools.UntilWithSync(wctx, lw, &unstructured.Unstructured{},
-		func(s cache.Store) (bool, error) { store = s; return check() },
-		func(watch.Event) (bool, error) { return check() })
+		func(s cache.Store) (bool, error) { store = s; return check(), nil },
+		func(watch.Event) (bool, error) { return check(), nil })
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		return fmt.Errorf("%s after %s: %w", msg, timeout, errTimeout)
 	}

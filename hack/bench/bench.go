@@ -625,8 +625,6 @@ func (b *bench) engineFloor(ctx context.Context, ips []string, n int) (time.Dura
 	})
 }
 
-// waitFor polls cond every interval until it holds, logging its message every few seconds;
-// after timeout it fails with the last message.
 // loadTimeline: seconds from the first create to the engines' first answered load, half of
 // the loads and all of them (-1: not reached).
 type loadTimeline struct {
@@ -705,6 +703,8 @@ func watchUntil(ctx context.Context, api dynamic.ResourceInterface, sel metav1.L
 	return err
 }
 
+// waitFor polls cond every interval until it holds, logging its message every few seconds;
+// after timeout it fails with the last message.
 func waitFor(ctx context.Context, timeout, every time.Duration, cond func() (bool, string, error)) error {
 	var msg string
 	last := time.Now()

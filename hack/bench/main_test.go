@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestParsePoints(t *testing.T) {
@@ -30,5 +33,26 @@ func TestParsePoints(t *testing.T) {
 		if _, err := parsePoints(options{points: bad}); err == nil || !strings.Contains(err.Error(), "point") {
 			t.Errorf("parsePoints(%q) = %v, want an error naming the point", bad, err)
 		}
+	}
+}
+
+func TestSampleLoads(t *testing.T) {
+	var n atomic.Int64
+	start := time.Now()
+	done := make(chan *loadTimeline, 1)
+	go func() { done <- sampleLoads(context.Background(), start, 10, func() int { return int(n.Load()) }) }()
+	time.Sleep(50 * time.Millisecond)
+	n.Store(5)
+	time.Sleep(50 * time.Millisecond)
+	n.Store(10)
+	tl := <-done
+	if tl.First < 0 || tl.First != tl.Half || tl.All < tl.Half {
+		t.Errorf("timeline %+v: want first = half (5 of 10 came at once) <= all", tl)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if tl := sampleLoads(ctx, start, 10, func() int { return 0 }); tl.First != -1 || tl.Half != -1 || tl.All != -1 {
+		t.Errorf("no loads: timeline %+v, want -1 for each", tl)
 	}
 }
